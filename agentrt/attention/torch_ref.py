@@ -1,0 +1,159 @@
+"""Torch reference attention over paged KV, driven by FlashInfer-style metadata.
+
+It is the CPU backend and the reference a GPU backend is checked against. ``plan`` turns the
+page lists into slot indices once per step: decode rows (one query token) are grouped into one
+padded, masked batch; each prefill chunk attends on its own with a bottom-right causal mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from agentrt.attention.base import AttentionBackend, AttentionMetadata
+
+__all__ = ["TorchRefBackend", "ref_paged_attention"]
+
+
+@dataclass(frozen=True)
+class _DecodeGroup:
+    rows: torch.Tensor  # (B,) query rows
+    slots: torch.Tensor  # (B * max_len,) KV slots, padded with slot 0
+    mask: torch.Tensor | None  # (B, 1, 1, max_len) bool, None when all lengths are equal
+    max_len: int
+
+
+@dataclass(frozen=True)
+class _PrefillSeq:
+    start: int
+    end: int
+    slots: torch.Tensor  # (kv_len,)
+    mask: torch.Tensor | None  # (q_len, kv_len) bool; None = plain causal (q_len == kv_len)
+
+
+class TorchRefBackend(AttentionBackend):
+    """Paged attention with ``torch.nn.functional.scaled_dot_product_attention``."""
+
+    name = "torch"
+
+    def plan(self, meta: AttentionMetadata) -> None:
+        self._slot_mapping = meta.slot_mapping
+        self._num_tokens = int(meta.qo_indptr[-1])
+        qo = meta.qo_indptr.tolist()
+        lens = meta.kv_lens().tolist()
+        seq_slots = _sequence_slots(meta, lens)
+        decode = [i for i in range(meta.num_seqs) if qo[i + 1] - qo[i] == 1]
+        self._decode = _decode_group(decode, qo, lens, seq_slots) if decode else None
+        self._prefill = [
+            _prefill_seq(qo[i], qo[i + 1], lens[i], seq_slots[i])
+            for i in range(meta.num_seqs)
+            if qo[i + 1] - qo[i] > 1
+        ]
+
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        k_slots, v_slots = self.kv.layer_slots(layer)
+        k_slots.index_copy_(0, self._slot_mapping, k)
+        v_slots.index_copy_(0, self._slot_mapping, v)
+        out = torch.empty_like(q)
+        if self._decode is not None:
+            self._attend_decode(q, k_slots, v_slots, out)
+        for seq in self._prefill:
+            out[seq.start : seq.end] = self._attend_prefill(q, k_slots, v_slots, seq)
+        return out
+
+    def _attend_decode(self, q, k_slots, v_slots, out) -> None:
+        g = self._decode
+        b = g.rows.numel()
+        kk = k_slots.index_select(0, g.slots).view(b, g.max_len, *k_slots.shape[1:])
+        vv = v_slots.index_select(0, g.slots).view(b, g.max_len, *v_slots.shape[1:])
+        qq = q.index_select(0, g.rows) if b != q.shape[0] else q
+        o = F.scaled_dot_product_attention(
+            qq.unsqueeze(2),  # (B, H, 1, D)
+            kk.transpose(1, 2),  # (B, KVH, L, D)
+            vv.transpose(1, 2),
+            attn_mask=g.mask,
+            scale=self.scale,
+            enable_gqa=True,
+        )
+        out.index_copy_(0, g.rows, o.squeeze(2))
+
+    def _attend_prefill(self, q, k_slots, v_slots, seq: _PrefillSeq) -> torch.Tensor:
+        kk = k_slots.index_select(0, seq.slots).transpose(0, 1)  # (KVH, L, D)
+        vv = v_slots.index_select(0, seq.slots).transpose(0, 1)
+        qq = q[seq.start : seq.end].transpose(0, 1)  # (H, Q, D)
+        o = F.scaled_dot_product_attention(
+            qq.unsqueeze(0),
+            kk.unsqueeze(0),
+            vv.unsqueeze(0),
+            attn_mask=seq.mask,
+            is_causal=seq.mask is None,
+            scale=self.scale,
+            enable_gqa=True,
+        )
+        return o[0].transpose(0, 1)
+
+
+def _sequence_slots(meta: AttentionMetadata, lens: list[int]) -> list[torch.Tensor]:
+    ps = meta.page_size
+    offsets = torch.arange(ps, dtype=torch.int64)
+    kv_ind = meta.kv_indptr.tolist()
+    slots = []
+    for i, n in enumerate(lens):
+        pages = meta.kv_indices[kv_ind[i] : kv_ind[i + 1]].to(torch.int64)
+        slots.append((pages[:, None] * ps + offsets[None, :]).flatten()[:n])
+    return slots
+
+
+def _decode_group(idx: list[int], qo, lens, seq_slots) -> _DecodeGroup:
+    max_len = max(lens[i] for i in idx)
+    slots = torch.zeros(len(idx), max_len, dtype=torch.int64)
+    for row, i in enumerate(idx):
+        slots[row, : lens[i]] = seq_slots[i]
+    mask = None
+    if any(lens[i] != max_len for i in idx):
+        valid = torch.tensor([lens[i] for i in idx])[:, None] > torch.arange(max_len)[None, :]
+        mask = valid[:, None, None, :]
+    rows = torch.tensor([qo[i] for i in idx], dtype=torch.int64)
+    return _DecodeGroup(rows, slots.flatten(), mask, max_len)
+
+
+def _prefill_seq(start: int, end: int, kv_len: int, slots: torch.Tensor) -> _PrefillSeq:
+    q_len = end - start
+    mask = None
+    if kv_len != q_len:  # chunk after cached context: bottom-right aligned causal mask
+        q_pos = torch.arange(kv_len - q_len, kv_len)[:, None]
+        mask = torch.arange(kv_len)[None, :] <= q_pos
+    return _PrefillSeq(start, end, slots, mask)
+
+
+def ref_paged_attention(
+    q: torch.Tensor,
+    k_pages: torch.Tensor,
+    v_pages: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Unfused reference: attention of ``q`` (T, H, D) over pages (P, page_size, KVH, D).
+
+    Reads the KV of each sequence straight from ``meta`` (no slot writes), one sequence at a
+    time in float64 softmax arithmetic; used to check backends against the metadata.
+    """
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    lens = meta.kv_lens().tolist()
+    qo = meta.qo_indptr.tolist()
+    k_flat = k_pages.reshape(-1, *k_pages.shape[2:])
+    v_flat = v_pages.reshape(-1, *v_pages.shape[2:])
+    slots = _sequence_slots(meta, lens)
+    out = torch.empty_like(q)
+    for i, n in enumerate(lens):
+        qq = q[qo[i] : qo[i + 1]].double()  # (Q, H, D)
+        kk, vv = k_flat[slots[i]].double(), v_flat[slots[i]].double()  # (L, KVH, D)
+        rep = qq.shape[1] // kk.shape[1]
+        kk, vv = kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1)
+        scores = torch.einsum("qhd,lhd->hql", qq, kk) * scale
+        q_pos = torch.arange(n - qq.shape[0], n)[:, None]
+        scores = scores.masked_fill(torch.arange(n)[None, :] > q_pos, float("-inf"))
+        out[qo[i] : qo[i + 1]] = torch.einsum("hql,lhd->qhd", scores.softmax(-1), vv).to(q.dtype)
+    return out

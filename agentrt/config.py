@@ -1,0 +1,52 @@
+"""EngineConfig: every knob of an :class:`agentrt.Engine`, frozen and validated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["EngineConfig"]
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings. Derived values are properties; invariants are checked on creation."""
+
+    model: str | None = None
+    """Model name or local folder; None = the embedded default (SmolLM2-135M-Instruct)."""
+    dtype: DType = "auto"
+    """Weight and KV dtype; "auto" = float32 on CPU (see README: measured choice)."""
+    block_size: int = 16
+    """Tokens per KV block (page)."""
+    num_blocks: int | None = None
+    """KV blocks in the device pool; None = derived from ``kv_cache_gb``."""
+    kv_cache_gb: float = 1.0
+    """Device KV pool size when ``num_blocks`` is not given."""
+    host_kv_cache_gb: float = 0.0
+    """Host-side pool for swapped-out KV (0 = no swapping)."""
+    max_num_seqs: int = 64
+    """Most requests running at once."""
+    max_num_batched_tokens: int = 512
+    """Token budget of one step (prefill chunks + decodes)."""
+    max_model_len: int | None = None
+    """Longest sequence (prompt + output); None = the model's limit, capped by the pool."""
+    enable_prefix_cache: bool = True
+    """Reuse KV of earlier requests that share a prompt prefix."""
+    attention_backend: str = "torch"
+    """Name in :data:`agentrt.attention.BACKENDS`."""
+    num_threads: int | None = None
+    """torch intra-op threads; None = leave torch's default."""
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError("block_size must be a positive power of two")
+        if self.num_blocks is not None and self.num_blocks <= 0:
+            raise ValueError("num_blocks must be positive")
+        if self.kv_cache_gb <= 0 or self.host_kv_cache_gb < 0:
+            raise ValueError("kv_cache_gb must be > 0 and host_kv_cache_gb >= 0")
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"unknown dtype {self.dtype!r}")

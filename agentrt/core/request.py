@@ -1,0 +1,91 @@
+"""Request: one sequence's state as the scheduler, KV manager and engine see it.
+
+The token list only grows: prompt, then sampled tokens, then (on resume) appended tokens.
+``num_computed_tokens`` says how many of them have KV in the cache; the scheduler's only job
+for a request is to bring that count up to ``num_tokens`` and sample when it gets there.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentrt.core.sampling_params import SamplingParams
+
+__all__ = ["FinishReason", "HookAction", "Request", "RequestStats", "RequestStatus"]
+
+FinishReason = Literal["stop", "length", "abort"]
+HookAction = Literal["continue", "pause", "abort"]
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued; holds no blocks (or only matched prefix blocks)
+    RUNNING = "running"  # scheduled each step; holds its blocks
+    PAUSED = "paused"  # finished a segment with its KV kept; can be resumed
+    FINISHED = "finished"  # done; holds nothing
+
+    @property
+    def is_finished(self) -> bool:
+        return self is RequestStatus.FINISHED
+
+
+@dataclass
+class RequestStats:
+    """Token counters of one request over its whole life (all segments)."""
+
+    num_cached_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix cache instead of being computed."""
+    num_prefill_tokens: int = 0
+    """Tokens computed in prefill chunks (prompt, appended tokens, recompute)."""
+    num_decode_tokens: int = 0
+    """Tokens computed one at a time after being sampled."""
+    num_preemptions: int = 0
+    first_token_time: float | None = None
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    token_ids: list[int]
+    params: SamplingParams
+    namespace: str = ""
+    arrival_time: float = field(default_factory=time.monotonic)
+    hook: Callable[[Request, list[int]], HookAction | None] | None = None
+    """Sees each step's new tokens; may answer "pause" or "abort" (None = continue)."""
+    keep_kv: bool = False
+    """On finishing a segment, pause with KV kept instead of releasing it."""
+
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    block_table: list[int] = field(default_factory=list)
+    prefix_handle: Any = None
+    segment_start: int = 0
+    """Index in ``token_ids`` where this segment's outputs start."""
+    num_segment_outputs: int = 0
+    last_is_sampled: bool = False
+    finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = None
+    output_text: str = ""
+    num_emitted_chars: int = 0
+    """How much of ``output_text`` has been streamed out."""
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    stats: RequestStats = field(default_factory=RequestStats)
+    detok: Any = None
+    generator: Any = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """Tokens generated in the current segment."""
+        return self.token_ids[self.segment_start :]
+
+    @property
+    def num_pending_tokens(self) -> int:
+        """Tokens still to be computed before the next sample."""
+        return self.num_tokens - self.num_computed_tokens

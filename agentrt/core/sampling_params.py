@@ -1,0 +1,63 @@
+"""SamplingParams: how one request decodes. Validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["SamplingParams"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding options of one request.
+
+    ``temperature == 0`` is greedy. Stop strings are matched on the decoded text across
+    token boundaries and are not part of the returned text; ``stop_token_ids`` end the
+    request on those ids (the model's EOS ids always do unless ``ignore_eos``).
+    """
+
+    max_tokens: int = 256
+    """Most tokens to generate in this call."""
+    temperature: float = 0.0
+    """0 = greedy (argmax); above 0 samples from the tempered distribution."""
+    top_k: int = 0
+    """Keep only the k most likely tokens (0 = off)."""
+    top_p: float = 1.0
+    """Keep the smallest set of tokens whose probability reaches p (1 = off)."""
+    seed: int | None = None
+    """Seed of this request's own generator (sampling only); None = nondeterministic."""
+    stop: tuple[str, ...] = ()
+    """Strings that end generation; not included in the output text."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Token ids that end generation, in addition to the model's EOS."""
+    ignore_eos: bool = False
+    """Keep generating past the model's EOS token."""
+    logprobs: int | None = None
+    """Return the sampled token's log-probability and this many top alternatives."""
+    skip_special_tokens: bool = True
+    """Leave special tokens (e.g. ``<|im_end|>``) out of the returned text."""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+    """Free-form options for layers above the engine (ignored by the engine)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        else:
+            object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError("logprobs must be >= 0")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0

@@ -1,0 +1,7 @@
+"""The engine: the synchronous core (LLMEngine) and its threaded front door (Engine)."""
+
+from agentrt.engine.engine import Engine
+from agentrt.engine.llm_engine import EngineStats, LLMEngine, StepUpdate
+from agentrt.engine.outputs import RequestOutput, StreamDelta
+
+__all__ = ["Engine", "EngineStats", "LLMEngine", "RequestOutput", "StepUpdate", "StreamDelta"]

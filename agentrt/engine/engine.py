@@ -1,0 +1,270 @@
+"""Engine: the front door. Sync and async generate/stream over one driver thread.
+
+A single background thread owns the :class:`LLMEngine` and steps it while any request is
+unfinished, so concurrent callers — threads, asyncio tasks, the HTTP server — share one
+continuously batched loop. Callers submit under a lock and receive :class:`StepUpdate`s
+through a per-request subscriber; bad input raises in the caller before anything is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from agentrt.config import EngineConfig
+from agentrt.core.request import Request
+from agentrt.core.sampling_params import SamplingParams
+from agentrt.engine.llm_engine import LLMEngine, StepUpdate
+from agentrt.engine.outputs import RequestOutput, StreamDelta
+
+__all__ = ["Engine"]
+
+Prompt = str | list[int]
+
+
+class Engine:
+    """A local LLM engine: paged KV cache, radix prefix sharing, continuous batching.
+
+    >>> engine = Engine()                       # the embedded SmolLM2-135M-Instruct
+    >>> engine.generate("The capital of France is", SamplingParams(max_tokens=8)).text
+
+    Keyword arguments are :class:`EngineConfig` fields (``dtype``, ``kv_cache_gb``,
+    ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ...).
+    """
+
+    def __init__(self, model: str | None = None, *, config: EngineConfig | None = None,
+                 **options: Any) -> None:
+        if config is None:
+            config = EngineConfig(model=model, **options)
+        elif model is not None or options:
+            raise ValueError("pass either config= or model/options, not both")
+        self.core = LLMEngine(config)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._subscribers: dict[str, Callable[[StepUpdate | BaseException], None]] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._drive, name="agentrt-engine", daemon=True)
+        self._thread.start()
+
+    # --- properties ------------------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        return self.core.tokenizer
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.core.config
+
+    @property
+    def stats(self):
+        return self.core.stats
+
+    # --- generate ---------------------------------------------------------------------------
+    def generate(self, prompts: Prompt | list[Prompt], params: SamplingParams | None = None,
+                 **kwargs: Any) -> RequestOutput | list[RequestOutput]:
+        """Generate for one prompt (text or token ids) or a batch; blocks until done.
+
+        ``kwargs`` go to :meth:`submit` (``keep_kv``, ``namespace``, ``hook``).
+        """
+        single = _is_single(prompts)
+        batch = [prompts] if single else list(prompts)
+        waiters = [self._collect(lambda s, p=p: self.submit(p, params, subscriber=s, **kwargs))
+                   for p in batch]
+        outs = [w() for w in waiters]
+        return outs[0] if single else outs
+
+    async def agenerate(self, prompts: Prompt | list[Prompt],
+                        params: SamplingParams | None = None, **kwargs: Any):
+        """Async twin of :meth:`generate`."""
+        if not _is_single(prompts):
+            return list(await asyncio.gather(*(self.agenerate(p, params, **kwargs)
+                                               for p in prompts)))
+        q, sub = _async_queue()
+        req = self.submit(prompts, params, subscriber=sub, **kwargs)
+        async for _ in self._adeltas(req, q):
+            pass
+        return RequestOutput.of(req)
+
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None,
+               **kwargs: Any) -> Iterator[StreamDelta]:
+        """Yield text deltas (never a broken UTF-8 character) as tokens are generated.
+
+        Closing the iterator early aborts the request.
+        """
+        q: queue.Queue = queue.Queue()
+        req = self.submit(prompt, params, subscriber=q.put, **kwargs)
+        finished = False
+        try:
+            for delta in self._iterate(req, q.get):
+                finished = delta.finished
+                yield delta
+        finally:
+            if not finished:
+                self.abort(req.request_id)
+
+    async def astream(self, prompt: Prompt, params: SamplingParams | None = None,
+                      **kwargs: Any) -> AsyncIterator[StreamDelta]:
+        """Async twin of :meth:`stream`; closing the iterator early aborts the request."""
+        q, sub = _async_queue()
+        req = self.submit(prompt, params, subscriber=sub, **kwargs)
+        async for delta in self._adeltas(req, q):
+            yield delta
+
+    # --- continuation ------------------------------------------------------------------------
+    def resume(self, request_id: str, appended: Prompt, params: SamplingParams | None = None,
+               *, keep_kv: bool | None = None) -> RequestOutput:
+        """Continue a paused request (``keep_kv=True``) with appended text or token ids.
+
+        Only the appended tokens (and the last generated token, whose KV no step has
+        computed yet) are prefilled; the rest of the context's KV is reused.
+        """
+        return self._collect(lambda s: self._submit_resume(request_id, appended, params,
+                                                           keep_kv, s))()
+
+    async def aresume(self, request_id: str, appended: Prompt,
+                      params: SamplingParams | None = None, *, keep_kv: bool | None = None
+                      ) -> RequestOutput:
+        """Async twin of :meth:`resume`."""
+        q, sub = _async_queue()
+        req = self._submit_resume(request_id, appended, params, keep_kv, sub)
+        before = req.stats.num_prefill_tokens
+        async for _ in self._adeltas(req, q):
+            pass
+        return RequestOutput.of(req, before)
+
+    def release(self, request_id: str) -> None:
+        """Free the KV of a paused request."""
+        with self._lock:
+            self.core.release(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request wherever it is; its subscriber gets a final ``abort`` update."""
+        with self._lock:
+            req = self.core.abort(request_id)
+            sub = self._subscribers.pop(request_id, None)
+        if req is not None and sub is not None:
+            sub(StepUpdate(req, [], "", True))
+
+    # --- low level --------------------------------------------------------------------------
+    def submit(self, prompt: Prompt, params: SamplingParams | None = None, *,
+               subscriber: Callable[[StepUpdate | BaseException], None] | None = None,
+               request_id: str | None = None, namespace: str = "", hook=None,
+               keep_kv: bool = False) -> Request:
+        """Queue a request; ``subscriber`` is called from the driver thread with every update."""
+        with self._lock:
+            self._check_open()
+            req = self.core.add_request(prompt, params, request_id=request_id,
+                                        namespace=namespace, hook=hook, keep_kv=keep_kv)
+            if subscriber is not None:
+                self._subscribers[req.request_id] = subscriber
+            self._wake.notify()
+        return req
+
+    def _submit_resume(self, request_id, appended, params, keep_kv, subscriber) -> Request:
+        with self._lock:
+            self._check_open()
+            req = self.core.resume(request_id, appended, params, keep_kv=keep_kv)
+            self._subscribers[req.request_id] = subscriber
+            self._wake.notify()
+        return req
+
+    def close(self) -> None:
+        """Stop the driver thread, aborting unfinished requests."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=10)
+        for rid in list(self.core.requests):
+            self.abort(rid)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- driver -----------------------------------------------------------------------------
+    def _drive(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self.core.has_unfinished():
+                    self._wake.wait()
+                if self._closed:
+                    return
+                try:
+                    updates = self.core.step()
+                except Exception as exc:  # noqa: BLE001 - surfaced to every waiting caller
+                    self._fail_all(exc)
+                    continue
+                deliveries = [(self._subscribers.get(u.request.request_id), u) for u in updates]
+                for u in updates:
+                    if u.finished:
+                        self._subscribers.pop(u.request.request_id, None)
+            for sub, u in deliveries:
+                if sub is not None:
+                    sub(u)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        """A step raised: abort everything in flight (freeing its KV) and tell the callers."""
+        for rid in list(self.core.requests):
+            self.core.abort(rid)
+        subs, self._subscribers = self._subscribers, {}
+        for sub in subs.values():
+            sub(exc)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the engine is closed")
+
+    # --- collecting updates --------------------------------------------------------------------
+    def _collect(self, submit: Callable[[Callable], Request]) -> Callable[[], RequestOutput]:
+        q: queue.Queue = queue.Queue()
+        req = submit(q.put)
+        prefill_before = req.stats.num_prefill_tokens
+
+        def wait() -> RequestOutput:
+            for _ in self._iterate(req, q.get):
+                pass
+            return RequestOutput.of(req, prefill_before)
+
+        return wait
+
+    async def _adeltas(self, req: Request, q: asyncio.Queue) -> AsyncIterator[StreamDelta]:
+        finished = False
+        try:
+            while not finished:
+                delta = self._delta(req, await q.get())
+                finished = delta.finished
+                yield delta
+        finally:
+            if not finished:
+                self.abort(req.request_id)
+
+    def _iterate(self, req: Request, get: Callable[[], Any]) -> Iterator[StreamDelta]:
+        while True:
+            delta = self._delta(req, get())
+            yield delta
+            if delta.finished:
+                return
+
+    @staticmethod
+    def _delta(req: Request, item: StepUpdate | BaseException) -> StreamDelta:
+        if isinstance(item, BaseException):
+            raise RuntimeError(f"the engine failed while running {req.request_id}") from item
+        return StreamDelta(req.request_id, item.text_delta, item.new_token_ids, item.finished,
+                           req.finish_reason if item.finished else None)
+
+
+def _async_queue() -> tuple[asyncio.Queue, Callable[[Any], None]]:
+    """An asyncio queue and a thread-safe callback that puts into it."""
+    loop = asyncio.get_running_loop()
+    q: asyncio.Queue = asyncio.Queue()
+    return q, lambda item: loop.call_soon_threadsafe(q.put_nowait, item)
+
+
+def _is_single(prompts: Prompt | list[Prompt]) -> bool:
+    return isinstance(prompts, str) or (bool(prompts) and isinstance(prompts[0], int)) \
+        or prompts == []

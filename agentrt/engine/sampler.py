@@ -1,0 +1,52 @@
+"""Sampler: greedy, temperature, top-k, top-p with per-request seeded generators; logprobs."""
+
+from __future__ import annotations
+
+import torch
+
+from agentrt.core.request import Request
+
+__all__ = ["sample"]
+
+
+def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
+    """One token per row of ``logits`` (N, vocab), row i for ``requests[i]``.
+
+    Fills ``request.logprobs`` when the request asked for them.
+    """
+    tokens = logits.argmax(dim=-1).tolist()
+    for i, req in enumerate(requests):
+        if not req.params.is_greedy:
+            tokens[i] = _sample_row(logits[i], req)
+        if req.params.logprobs is not None:
+            req.logprobs.append(_logprobs(logits[i], tokens[i], req.params.logprobs))
+    return tokens
+
+
+def _sample_row(row: torch.Tensor, req: Request) -> int:
+    p = req.params
+    row = row / p.temperature
+    if p.top_k:
+        kth = torch.topk(row, min(p.top_k, row.numel())).values[-1]
+        row = row.masked_fill(row < kth, float("-inf"))
+    if p.top_p < 1.0:
+        sorted_logits, order = row.sort(descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= p.top_p  # keep the token that crosses p
+        row = row.scatter(0, order[drop], float("-inf"))
+    if req.generator is None:
+        req.generator = torch.Generator()
+        if p.seed is not None:
+            req.generator.manual_seed(p.seed)
+        else:
+            req.generator.seed()
+    return int(torch.multinomial(row.softmax(-1), 1, generator=req.generator))
+
+
+def _logprobs(row: torch.Tensor, token: int, top: int) -> dict[int, float]:
+    lp = row.log_softmax(-1)
+    out = {token: float(lp[token])}
+    if top:
+        values, ids = lp.topk(top)
+        out.update(zip(ids.tolist(), values.tolist(), strict=True))
+    return out

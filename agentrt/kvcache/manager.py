@@ -1,0 +1,127 @@
+"""KVCacheManager: the one boundary between the scheduler and KV memory.
+
+It owns the device block pool, the radix prefix cache and the host pool, and keeps each
+request's block table consistent with them. The scheduler calls, in this order:
+``match_prefix`` once when a request is first admitted, ``allocate`` before every step that
+computes tokens for it, and ``free`` when it finishes, is preempted or is aborted.
+``swap_out``/``swap_in`` move a paused request's KV to the host pool and back.
+"""
+
+from __future__ import annotations
+
+from agentrt.core.kv_tensors import KVCacheTensors
+from agentrt.core.request import Request
+from agentrt.kvcache.block_pool import BlockPool
+from agentrt.kvcache.radix_cache import RadixCache
+
+__all__ = ["KVCacheManager"]
+
+
+class KVCacheManager:
+    def __init__(self, device: KVCacheTensors, host: KVCacheTensors | None = None,
+                 enable_prefix_cache: bool = True) -> None:
+        self.device = device
+        self.block_size = device.page_size
+        self.pool = BlockPool(device.num_pages, self.block_size)
+        self.cache = RadixCache(self.pool)
+        self.enable_prefix_cache = enable_prefix_cache
+        self.host = host
+        self.host_pool = BlockPool(host.num_pages, self.block_size) if host is not None else None
+        self._swapped: dict[str, list[int]] = {}
+
+    # --- capacity --------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks free now plus blocks the prefix cache would give up on demand."""
+        return self.pool.num_free + self.cache.num_evictable_blocks
+
+    def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
+        total = req.num_computed_tokens + num_new_tokens
+        return max(0, -(-total // self.block_size) - len(req.block_table))
+
+    # --- request lifecycle -----------------------------------------------------------------
+    def match_prefix(self, req: Request) -> int:
+        """Adopt the longest cached prefix of ``req`` (leaving at least one token to compute).
+
+        Sets ``num_computed_tokens`` and returns the number of tokens reused.
+        """
+        if not self.enable_prefix_cache or req.num_computed_tokens or req.block_table:
+            return 0
+        m = self.cache.match_prefix(req.token_ids[: req.num_tokens - 1], req.namespace)
+        if m.num_tokens == 0:
+            return 0
+        self.pool.incref(m.blocks)
+        self.cache.lock(m.handle)
+        req.prefix_handle = m.handle
+        req.block_table = list(m.blocks)
+        req.num_computed_tokens = m.num_tokens
+        return m.num_tokens
+
+    def allocate(self, req: Request, num_new_tokens: int) -> bool:
+        """Give ``req`` blocks for ``num_new_tokens`` more tokens; False if memory is short."""
+        need = self.blocks_needed(req, num_new_tokens)
+        if need == 0:
+            return True
+        if self.pool.num_free < need:
+            self.cache.evict(need - self.pool.num_free)
+            if self.pool.num_free < need:
+                return False
+        req.block_table.extend(self.pool.allocate(need))
+        return True
+
+    def free(self, req: Request, cache: bool = True) -> None:
+        """Release every block ``req`` holds; with ``cache``, computed full pages go to the
+        prefix cache first so a later request (or this one, resumed) can reuse them."""
+        if cache and self.enable_prefix_cache and req.block_table:
+            n = min(req.num_computed_tokens // self.block_size, len(req.block_table))
+            if n:
+                pages = n * self.block_size
+                self.cache.insert(req.token_ids[:pages], req.block_table[:n], req.namespace)
+        if req.prefix_handle is not None:
+            self.cache.unlock(req.prefix_handle)
+            req.prefix_handle = None
+        self.pool.decref(req.block_table)
+        req.block_table = []
+
+    def reset(self, req: Request) -> None:
+        """Free ``req``'s blocks (caching them) and forget its computed KV (recompute)."""
+        self.free(req, cache=True)
+        req.num_computed_tokens = 0
+        self.discard_swapped(req)
+
+    # --- host tier -------------------------------------------------------------------------
+    def can_swap_out(self, req: Request) -> bool:
+        return self.host_pool is not None and self.host_pool.can_allocate(len(req.block_table))
+
+    def swap_out(self, req: Request) -> None:
+        """Copy ``req``'s blocks to the host pool and release them on the device."""
+        if self.host_pool is None:
+            raise RuntimeError("no host pool configured")
+        host_blocks = self.host_pool.allocate(len(req.block_table))
+        self.device.copy_pages(self.host, req.block_table, host_blocks)
+        self._swapped[req.request_id] = host_blocks
+        self.free(req, cache=False)
+
+    def can_swap_in(self, req: Request) -> bool:
+        return len(self._swapped.get(req.request_id, ())) <= self.num_free_blocks
+
+    def swap_in(self, req: Request) -> bool:
+        """Bring ``req``'s KV back from the host pool into new device blocks."""
+        host_blocks = self._swapped[req.request_id]
+        if self.pool.num_free < len(host_blocks):
+            self.cache.evict(len(host_blocks) - self.pool.num_free)
+        if self.pool.num_free < len(host_blocks):
+            return False
+        req.block_table = self.pool.allocate(len(host_blocks))
+        self.host.copy_pages(self.device, host_blocks, req.block_table)
+        self.host_pool.decref(self._swapped.pop(req.request_id))
+        return True
+
+    def is_swapped(self, req: Request) -> bool:
+        return req.request_id in self._swapped
+
+    def discard_swapped(self, req: Request) -> None:
+        """Drop a swapped-out copy (abort while swapped)."""
+        blocks = self._swapped.pop(req.request_id, None)
+        if blocks:
+            self.host_pool.decref(blocks)

@@ -1,0 +1,111 @@
+"""ModelConfig: the few numbers the Llama-family forward pass needs, read from config.json.
+
+transformers parses the file (``AutoConfig``); this module keeps only what agentrt's own
+forward pass uses and rejects architectures it does not implement with a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SUPPORTED_ARCHITECTURES", "ModelConfig", "UnsupportedModelError"]
+
+# architecture name in config.json -> (qkv bias, per-head q/k RMSNorm)
+SUPPORTED_ARCHITECTURES: dict[str, tuple[bool, bool]] = {
+    "LlamaForCausalLM": (False, False),
+    "MistralForCausalLM": (False, False),
+    "Qwen2ForCausalLM": (True, False),
+    "Qwen3ForCausalLM": (False, True),
+}
+
+
+class UnsupportedModelError(ValueError):
+    """The model folder holds an architecture agentrt's forward pass does not implement."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of a Llama-family decoder."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    qk_norm: bool
+    eos_token_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V per token over all layers, at 4 bytes per element (scale for dtype)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * 4
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> ModelConfig:
+        """Read ``folder/config.json`` through transformers' ``AutoConfig``."""
+        from transformers import AutoConfig
+
+        hf = AutoConfig.from_pretrained(str(folder))
+        arch = (getattr(hf, "architectures", None) or ["?"])[0]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise UnsupportedModelError(
+                f"{folder}: architecture {arch!r} is not supported; agentrt implements "
+                f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}"
+            )
+        qkv_bias, qk_norm = SUPPORTED_ARCHITECTURES[arch]
+        heads = hf.num_attention_heads
+        return cls(
+            architecture=arch,
+            vocab_size=hf.vocab_size,
+            hidden_size=hf.hidden_size,
+            intermediate_size=hf.intermediate_size,
+            num_layers=hf.num_hidden_layers,
+            num_heads=heads,
+            num_kv_heads=getattr(hf, "num_key_value_heads", None) or heads,
+            head_dim=getattr(hf, "head_dim", None) or hf.hidden_size // heads,
+            rms_norm_eps=hf.rms_norm_eps,
+            rope_theta=_rope_theta(hf),
+            rope_scaling=_rope_scaling(hf),
+            max_position_embeddings=hf.max_position_embeddings,
+            tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
+            qkv_bias=bool(getattr(hf, "attention_bias", qkv_bias)) or qkv_bias,
+            qk_norm=qk_norm,
+            eos_token_ids=_eos_ids(hf),
+        )
+
+
+def _rope_params(hf) -> dict[str, Any]:
+    params = getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {}
+    return dict(params)
+
+
+def _rope_theta(hf) -> float:
+    return float(_rope_params(hf).get("rope_theta") or getattr(hf, "rope_theta", 10000.0))
+
+
+def _rope_scaling(hf) -> dict[str, Any] | None:
+    params = _rope_params(hf)
+    kind = params.get("rope_type") or params.get("type") or "default"
+    return None if kind == "default" else {**params, "rope_type": kind}
+
+
+def _eos_ids(hf) -> tuple[int, ...]:
+    eos = getattr(hf, "eos_token_id", None)
+    if eos is None:
+        return ()
+    return tuple(eos) if isinstance(eos, list | tuple) else (int(eos),)
