@@ -59,7 +59,8 @@ class AttentionBackend(ABC):
         """Prepare for a step; called once per step before the forward pass."""
 
     @abstractmethod
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> torch.Tensor:
         """Append ``k``/``v`` (T, kv_heads, D) to the cache, attend with ``q`` (T, heads, D).
 
         Called once per layer, in layer order, after ``plan``. Returns (T, heads, D).

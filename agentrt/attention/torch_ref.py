@@ -52,7 +52,8 @@ class TorchRefBackend(AttentionBackend):
             if qo[i + 1] - qo[i] > 1
         ]
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> torch.Tensor:
         k_slots, v_slots = self.kv.layer_slots(layer)
         k_slots.index_copy_(0, self._slot_mapping, k)
         v_slots.index_copy_(0, self._slot_mapping, v)

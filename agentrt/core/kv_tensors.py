@@ -24,7 +24,7 @@ class KVCacheTensors:
         return self.k.shape[2]
 
     def layer_slots(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of ``layer`` viewed as flat slots: (num_pages * page_size, kv_heads, head_dim)."""
+        """K and V of ``layer`` as flat slots: (num_pages * page_size, kv_heads, head_dim)."""
         k, v = self.k[layer], self.v[layer]
         return k.view(-1, *k.shape[2:]), v.view(-1, *v.shape[2:])
 

@@ -1,0 +1,7 @@
+"""``python -m agentrt`` = the ``agentrt`` command."""
+
+import sys
+
+from agentrt.cli import main
+
+sys.exit(main())

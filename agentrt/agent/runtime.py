@@ -1,0 +1,342 @@
+"""The caller side of tool execution: one worker per (agent session, tool), calls streamed into it.
+
+:class:`ToolRuntime` owns the warm template process and the workers; :meth:`ToolRuntime.start`
+returns a :class:`ToolCall`, whose :meth:`~ToolCall.feed` never blocks (the decode loop keeps
+going while the tool works) and whose :meth:`~ToolCall.poll` reports an early rejection. The
+runtime enforces the wall-time limit: a worker busy on one piece (or on ``finish``) for longer than
+``sandbox.max_wall_s`` is killed, its session state is lost, and the call gets an error
+observation — a tool never raises into, blocks forever, or crashes the caller.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentrt.agent.parsers.base import Piece
+from agentrt.agent.plugin import Observation, PieceTiming, Tool
+from agentrt.agent.registry import Registry
+from agentrt.agent.sandbox import SandboxReport
+from agentrt.agent.template import ProcessWorker, TemplateProcess, ThreadWorker
+from agentrt.agent.worker import (
+    AbortMsg,
+    CloseMsg,
+    Fed,
+    FeedMsg,
+    Finished,
+    FinishMsg,
+    Opened,
+    OpenMsg,
+    StartMsg,
+)
+
+__all__ = ["TOOLS", "ToolCall", "ToolRuntime", "create_tool"]
+
+TOOLS: Registry[Tool] = Registry(
+    "tool",
+    {
+        "python_repl": "agentrt_tools.python_repl:PythonReplTool",
+        "sqlite": "agentrt_tools.sqlite:SqliteTool",
+        "search": "agentrt_tools.search:SearchTool",
+        "calculator": "agentrt_tools.calculator:CalculatorTool",
+    },
+)
+
+
+def create_tool(name: str, **config: Any) -> Tool:
+    """Build a registered tool by name (``python_repl``, ``sqlite``, ``search``, ``calculator``)."""
+    return TOOLS.create(name, **config)
+
+
+@dataclass
+class _Slot:
+    """A live worker hosting one tool session."""
+
+    tool: Tool
+    worker: ProcessWorker | ThreadWorker
+    workdir: Path
+    report: SandboxReport | None
+    is_dead: bool = False
+    death: str = ""
+    next_call: int = 0
+
+
+class ToolCall:
+    """One call in flight, seen from the caller. Not thread-safe: drive it from one thread."""
+
+    def __init__(self, slot: _Slot, call_id: int, lazy: bool) -> None:
+        self.tool = slot.tool.name
+        self._slot, self.call_id, self.lazy = slot, call_id, lazy
+        self._max_wall = slot.tool.sandbox.max_wall_s
+        self._pending: deque[float] = deque()  # send times of requests awaiting a reply
+        self._busy_since = 0.0
+        self._timings: list[PieceTiming] = []
+        self._kinds: list[str] = []
+        self._finished: Finished | None = None
+        self._ended = False
+        self.rejection: str | None = None
+        self.rejected_at: int | None = None
+        self.observation: Observation | None = None
+
+    @property
+    def num_fed(self) -> int:
+        return len(self._kinds)
+
+    def feed(self, piece: Piece) -> None:
+        """Send a completed piece to the worker; returns at once."""
+        if self._ended or self.observation is not None or self.rejection is not None:
+            return
+        self._kinds.append(piece.kind)
+        self._send(FeedMsg(self.call_id, len(self._kinds) - 1, piece))
+
+    def poll(self) -> str | None:
+        """Collect replies without blocking; return the rejection message if the call failed."""
+        self._drain(until=time.monotonic())
+        return self.rejection
+
+    def wait(self) -> str | None:
+        """Block until every piece fed so far has been processed; return the rejection if any."""
+        self._drain(until=None, stop=lambda: not self._pending)
+        return self.rejection
+
+    def end(self) -> None:
+        """The call is complete: ask the worker for the observation (returns at once)."""
+        if not self._ended and self.rejection is None and self.observation is None:
+            self._ended = True
+            self._send(FinishMsg(self.call_id))
+
+    def result(self) -> Observation:
+        """Wait for the observation (after :meth:`end`, or after a rejection)."""
+        if self.observation is not None:
+            return self.observation
+        if self.rejection is None:
+            self.end()
+            self._drain(until=None, stop=lambda: self._finished is not None)
+        if self._finished is not None and self.rejection is None:
+            f = self._finished
+            return self._conclude(f.text, f.is_error, f.started, f.ended)
+        return self.abort()
+
+    def finish(self) -> Observation:
+        """:meth:`end` then :meth:`result`."""
+        self.end()
+        return self.result()
+
+    def abort(self, reason: str | None = None) -> Observation:
+        """Drop the call (pieces still queued in the worker are skipped); return its observation."""
+        if self.observation is not None:
+            return self.observation
+        if not self._slot.is_dead:
+            try:
+                self._slot.worker.conn.send(AbortMsg(self.call_id))
+            except OSError:
+                self._worker_died()
+        text = self.rejection or reason or f"{self.tool}: the call was aborted"
+        return self._conclude(text, True, None, None)
+
+    def _conclude(
+        self, text: str, is_error: bool, started: float | None, ended: float | None
+    ) -> Observation:
+        self.observation = Observation(
+            self.tool, text, is_error, self.rejected_at, tuple(self._timings), started, ended
+        )
+        return self.observation
+
+    def _send(self, msg: Any) -> None:
+        if self._slot.is_dead:
+            self._reject(self._slot.death)
+            return
+        now = time.monotonic()
+        if not self._pending:
+            self._busy_since = now
+        self._pending.append(now)
+        try:
+            self._slot.worker.conn.send(msg)
+        except OSError:
+            self._worker_died()
+
+    def _drain(self, until: float | None, stop: Callable[[], bool] | None = None) -> None:
+        conn = self._slot.worker.conn
+        while not self._slot.is_dead and not (stop and stop()):
+            deadline = self._deadline()
+            limits = [x for x in (until, deadline) if x is not None]
+            timeout = max(0.0, min(limits) - time.monotonic()) if limits else None
+            try:
+                ready = conn.poll(timeout)
+                msg = conn.recv() if ready else None
+            except (EOFError, OSError):
+                self._worker_died()
+                break
+            if msg is not None:
+                self._receive(msg)
+            elif deadline is not None and time.monotonic() >= deadline:
+                self._time_out()
+            elif until is not None and time.monotonic() >= until:
+                break
+        if self._slot.is_dead and self.rejection is None and self._finished is None:
+            self._reject(self._slot.death)
+
+    def _deadline(self) -> float | None:
+        if not self._pending or self._max_wall is None:
+            return None
+        return self._busy_since + self._max_wall
+
+    def _receive(self, msg: Any) -> None:
+        if getattr(msg, "call_id", None) != self.call_id:
+            return  # a late reply of an aborted earlier call
+        if self._pending:
+            self._pending.popleft()
+            now = time.monotonic()
+            self._busy_since = max(now, self._pending[0]) if self._pending else now
+        if isinstance(msg, Fed):
+            self._timings.append(
+                PieceTiming(msg.index, self._kinds[msg.index], msg.started, msg.ended)
+            )
+            if msg.error is not None and self.rejection is None:
+                self._reject(msg.error, msg.index)
+        elif isinstance(msg, Finished):
+            self._finished = msg
+
+    def _reject(self, message: str, index: int | None = None) -> None:
+        if self.rejection is None:
+            self.rejection, self.rejected_at = message, index
+
+    def _time_out(self) -> None:
+        self._slot.worker.kill()
+        self._mark_dead(
+            f"{self.tool}: wall-time limit of {self._max_wall} s exceeded; the tool process was "
+            "stopped and its session state is lost"
+        )
+
+    def _worker_died(self) -> None:
+        log = _tail(self._slot.workdir / ".worker.log")
+        detail = f"; its last output:\n{log}" if log else ""
+        self._mark_dead(f"{self.tool}: the tool process died unexpectedly{detail}")
+
+    def _mark_dead(self, message: str) -> None:
+        if not self._slot.is_dead:
+            self._slot.is_dead, self._slot.death = True, message
+        self._pending.clear()
+        self._reject(message, self.num_fed - 1 if self.num_fed else None)
+
+
+class ToolRuntime:
+    """Runs tools in worker processes forked from one warm template; one worker per session."""
+
+    def __init__(
+        self, tools: Iterable[Tool | str] = (), *, lazy: bool = False, preload: Iterable[str] = ()
+    ) -> None:
+        self.lazy = lazy
+        self.preload = tuple(preload)
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+        self._template: TemplateProcess | None = None
+        self._slots: dict[tuple[str, str], _Slot] = {}
+
+    def add(self, tool: Tool | str, **config: Any) -> Tool:
+        """Register a tool instance, or a registered tool by name with its config."""
+        if isinstance(tool, str):
+            tool = create_tool(tool, **config)
+        self.tools[tool.name] = tool
+        return tool
+
+    def start(self, name: str, *, session: str = "default", lazy: bool | None = None) -> ToolCall:
+        """Begin a call of tool ``name`` in ``session`` (its worker is started on first use)."""
+        slot = self._slot(name, session)
+        call = ToolCall(slot, slot.next_call, self.lazy if lazy is None else lazy)
+        slot.next_call += 1
+        if not slot.is_dead:
+            slot.worker.conn.send(StartMsg(call.call_id, call.lazy))
+        return call
+
+    def run(
+        self, name: str, arguments: Mapping[str, Any], *, session: str = "default",
+        lazy: bool | None = None,
+    ) -> Observation:
+        """Call a tool with complete arguments (no streaming) and wait for the observation."""
+        call = self.start(name, session=session, lazy=lazy)
+        for key, value in arguments.items():
+            call.feed(Piece("argument", key=key, value=value))
+        return call.finish()
+
+    def sandbox_report(self, name: str, *, session: str = "default") -> SandboxReport | None:
+        """What the sandbox of that tool's worker actually enforces (starts the worker)."""
+        return self._slot(name, session).report
+
+    def close_session(self, session: str) -> None:
+        """Stop every worker of ``session`` and delete their working folders."""
+        for key in [k for k in self._slots if k[0] == session]:
+            self._close_slot(self._slots.pop(key))
+
+    def close(self) -> None:
+        """Stop all workers and the template."""
+        for slot in self._slots.values():
+            self._close_slot(slot)
+        self._slots.clear()
+        if self._template is not None:
+            self._template.close()
+            self._template = None
+
+    def __enter__(self) -> ToolRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _slot(self, name: str, session: str) -> _Slot:
+        if name not in self.tools:
+            known = ", ".join(sorted(self.tools)) or "none"
+            raise KeyError(f"unknown tool {name!r}; available: {known}")
+        slot = self._slots.get((session, name))
+        if slot is None or slot.is_dead:
+            if slot is not None:
+                self._close_slot(slot)
+            slot = self._slots[(session, name)] = self._open(self.tools[name])
+        return slot
+
+    def _open(self, tool: Tool) -> _Slot:
+        workdir = Path(tempfile.mkdtemp(prefix=f"agentrt-{tool.name}-"))
+        in_process = tool.isolation == "process"
+        worker = self._template_process().fork() if in_process else ThreadWorker()
+        slot = _Slot(tool, worker, workdir, None)
+        worker.conn.send(OpenMsg(tool, str(workdir), in_process))
+        try:
+            opened: Opened = worker.conn.recv()
+        except (EOFError, OSError):
+            opened = Opened(None, f"{tool.name}: the tool process died while starting")
+        if opened.error:
+            slot.is_dead, slot.death = True, opened.error
+        slot.report = opened.report
+        return slot
+
+    def _template_process(self) -> TemplateProcess:
+        if self._template is None or not self._template.is_alive:
+            modules = [*self.preload]
+            for tool in self.tools.values():
+                if tool.isolation == "process":
+                    modules += [type(tool).__module__, *tool.preload]
+            self._template = TemplateProcess(tuple(dict.fromkeys(modules)))
+        return self._template
+
+    def _close_slot(self, slot: _Slot) -> None:
+        try:
+            if not slot.is_dead:
+                slot.worker.conn.send(CloseMsg())
+        except OSError:
+            pass
+        slot.worker.close()
+        shutil.rmtree(slot.workdir, ignore_errors=True)
+
+
+def _tail(path: Path, max_chars: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-max_chars:].strip()
+    except OSError:
+        return ""

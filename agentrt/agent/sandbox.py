@@ -1,0 +1,261 @@
+"""The tool sandbox: what a worker process may do once a tool's session is open.
+
+Applied inside the forked worker, after the tool opened its own resources (a database file, an
+index) and before any model-written input runs. Layers, strongest first (see docs/tools.md):
+
+1. kernel: a private network namespace (``unshare(CLONE_NEWNET)``, when permitted) and Landlock
+   (file access limited to the Python installation, ``sys.path`` and the working folder; no
+   ``execve``; no TCP; no signals out of the sandbox), when the kernel has it;
+2. resource limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` (per call), ``RLIMIT_FSIZE``,
+   ``RLIMIT_CORE`` = 0, ``RLIMIT_NPROC`` = 0 (ignored for root);
+3. a ``sys.addaudithook`` hook that turns file access outside the folder, sockets, process
+   spawning, ``ctypes`` calls, signals and limit changes into ``PermissionError`` with a clear
+   message. Audit hooks are not a security boundary on their own (PEP 578); the kernel layers are.
+
+The caller enforces the wall-time limit by killing the worker (:mod:`agentrt.agent.runtime`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import resource
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrt.agent import landlock
+
+__all__ = ["ResourceLimitError", "SandboxConfig", "SandboxReport", "apply_sandbox", "begin_call"]
+
+_CLONE_NEWNET = 0x40000000
+_SYSTEM_READ = ("/usr", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime", "/dev/null",
+                "/dev/zero", "/dev/urandom", "/dev/random")
+_SPAWN_EVENTS = frozenset({
+    "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
+    "os.startfile", "subprocess.Popen", "os.killpg", "signal.pthread_kill",
+})
+_INTEGRITY_EVENTS = frozenset({
+    "resource.prlimit", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
+    "ctypes.cdata", "gc.get_referrers", "gc.get_referents", "gc.get_objects", "os.mknod",
+    "os.mkfifo", "os.chroot",
+})
+_NETWORK_EVENTS = frozenset({
+    "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
+    "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo",
+    "http.client.connect", "urllib.Request", "ftplib.connect", "smtplib.connect",
+    "poplib.connect", "imaplib.open", "nntplib.connect", "webbrowser.open",
+})
+_READ_EVENTS = {"os.listdir": 0, "os.scandir": 0, "os.listxattr": 0, "os.getxattr": 0}
+_WRITE_EVENTS = {
+    "os.mkdir": 0, "os.rmdir": 0, "os.remove": 0, "os.truncate": 0, "os.chmod": 0,
+    "os.chown": 0, "os.utime": 0, "os.chflags": 0, "os.lchflags": 0, "os.setxattr": 0,
+    "os.removexattr": 0, "shutil.rmtree": 0, "os.chdir": 0, "os.symlink": 1, "os.link": 1,
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class ResourceLimitError(RuntimeError):
+    """Raised inside tool code when a CPU-time limit is reached."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits of one tool worker. ``None`` disables a limit."""
+
+    #: wall time one piece or one finish() may take; the caller kills the worker past it
+    max_wall_s: float | None = 30.0
+    #: CPU seconds per call (RLIMIT_CPU, soft; SIGXCPU raises ResourceLimitError)
+    max_cpu_s: float | None = 10.0
+    #: address space the worker may add on top of its size at start (RLIMIT_AS)
+    max_memory_mb: int | None = 1024
+    #: largest file the worker may write (RLIMIT_FSIZE)
+    max_file_mb: int | None = 64
+    #: run in a fresh temporary folder and deny file access outside the allowed paths
+    confine_files: bool = True
+    #: extra paths readable (the Python installation and sys.path always are)
+    read_paths: tuple[str, ...] = ()
+    #: extra paths writable (the working folder always is)
+    write_paths: tuple[str, ...] = ()
+    #: deny sockets / network
+    deny_network: bool = True
+    #: deny fork / exec / subprocess / signals to other processes
+    deny_spawn: bool = True
+    #: use the kernel layers (network namespace, Landlock) where available
+    use_kernel: bool = True
+
+    @classmethod
+    def off(cls) -> SandboxConfig:
+        """No isolation beyond the process itself (trusted tools, e.g. LangChain ones)."""
+        return cls(None, None, None, None, False, (), (), False, False, False)
+
+    @property
+    def is_off(self) -> bool:
+        return not (self.confine_files or self.deny_network or self.deny_spawn)
+
+
+@dataclass(frozen=True)
+class SandboxReport:
+    """What was actually enforced in a worker (reported back to the caller)."""
+
+    landlock_abi: int = 0
+    network_namespace: bool = False
+    audit_hook: bool = False
+    rlimits: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def apply_sandbox(config: SandboxConfig, workdir: Path) -> SandboxReport:
+    """Confine this (worker) process for good; call once, before running untrusted input."""
+    notes: list[str] = []
+    rlimits = _apply_rlimits(config)
+    sys.dont_write_bytecode = True
+    if config.confine_files:
+        _enter_workdir(workdir)
+    netns = config.deny_network and config.use_kernel and _unshare_network(notes)
+    abi = 0
+    if config.use_kernel and (config.confine_files or config.deny_network):
+        abi = _landlock(config, workdir, notes)
+    hook = not config.is_off
+    if hook:
+        _install_audit_hook(config, _read_roots(config, workdir), _write_roots(config, workdir))
+    return SandboxReport(abi, netns, hook, rlimits, tuple(notes))
+
+
+def begin_call(config: SandboxConfig) -> None:
+    """Give the next call a fresh CPU-time budget (RLIMIT_CPU soft limit)."""
+    if config.max_cpu_s is None:
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + config.max_cpu_s)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _apply_rlimits(config: SandboxConfig) -> tuple[str, ...]:
+    applied = ["RLIMIT_CORE"]
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if config.max_memory_mb is not None:
+        limit = _address_space() + config.max_memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        applied.append("RLIMIT_AS")
+    if config.max_file_mb is not None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails with EFBIG
+        limit = config.max_file_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        applied.append("RLIMIT_FSIZE")
+    if config.deny_spawn:
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+        applied.append("RLIMIT_NPROC")
+    if config.max_cpu_s is not None:
+        begin_call(config)
+        applied.append("RLIMIT_CPU")
+    return tuple(applied)
+
+
+def _address_space() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _enter_workdir(workdir: Path) -> None:
+    (workdir / "tmp").mkdir(exist_ok=True)
+    os.chdir(workdir)
+    os.environ["TMPDIR"] = str(workdir / "tmp")
+    tempfile.tempdir = str(workdir / "tmp")
+    sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != workdir.resolve()]
+
+
+def _unshare_network(notes: list[str]) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNET) == 0:
+            return True
+        notes.append(f"no network namespace: {os.strerror(ctypes.get_errno())}")
+    except (OSError, AttributeError) as exc:
+        notes.append(f"no network namespace: {exc}")
+    return False
+
+
+def _landlock(config: SandboxConfig, workdir: Path, notes: list[str]) -> int:
+    reads = _read_roots(config, workdir) if config.confine_files else ("/",)
+    writes = _write_roots(config, workdir) if config.confine_files else ("/",)
+    try:
+        abi = landlock.restrict(
+            reads, writes, deny_tcp=config.deny_network, allow_execute=not config.deny_spawn
+        )
+    except OSError as exc:
+        notes.append(f"landlock refused: {exc}")
+        return 0
+    if abi == 0:
+        notes.append("landlock unavailable in this kernel")
+    return abi
+
+
+def _read_roots(config: SandboxConfig, workdir: Path) -> tuple[str, ...]:
+    roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *_SYSTEM_READ]
+    roots += [p for p in sys.path if p]
+    roots += list(config.read_paths) + list(_write_roots(config, workdir))
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in roots))
+
+
+def _write_roots(config: SandboxConfig, workdir: Path) -> tuple[str, ...]:
+    return tuple(os.path.realpath(p) for p in (str(workdir), *config.write_paths))
+
+
+def _install_audit_hook(
+    config: SandboxConfig, read_roots: tuple[str, ...], write_roots: tuple[str, ...]
+) -> None:
+    denied = _INTEGRITY_EVENTS
+    denied |= _SPAWN_EVENTS if config.deny_spawn else frozenset()
+    denied |= _NETWORK_EVENTS if config.deny_network else frozenset()
+    confine, allowed_limit_code = config.confine_files, begin_call.__code__
+    own_pid = os.getpid()
+
+    def check_path(path: object, roots: tuple[str, ...], what: str, event: str) -> None:
+        if isinstance(path, int) or (path is None and event not in _READ_EVENTS):
+            return
+        resolved = os.path.realpath(os.fsdecode(path) if path is not None else ".")
+        if not any(resolved == root or resolved.startswith(root + os.sep) for root in roots):
+            raise PermissionError(
+                f"sandbox: {what} {resolved!r} is denied: outside the tool's working folder"
+            )
+
+    def hook(event: str, args: tuple) -> None:
+        if event in denied:
+            raise PermissionError(f"sandbox: {event} is not allowed in this tool")
+        if event == "resource.setrlimit":
+            if sys._getframe(1).f_code is not allowed_limit_code:
+                raise PermissionError("sandbox: resource.setrlimit is not allowed in this tool")
+        elif event == "os.kill":
+            if config.deny_spawn and args[0] not in (own_pid, 0):
+                raise PermissionError("sandbox: signalling other processes is not allowed")
+        elif event == "ctypes.dlopen":
+            if args[0] is not None:
+                raise PermissionError(f"sandbox: loading native library {args[0]!r} is denied")
+        elif not confine:
+            return
+        elif event == "open":
+            path, mode, flags = args
+            writes = any(c in (mode or "") for c in "wax+") or bool((flags or 0) & _WRITE_FLAGS)
+            roots, what = (write_roots, "writing") if writes else (read_roots, "reading")
+            check_path(path, roots, what, event)
+        elif event in _READ_EVENTS:
+            check_path(args[_READ_EVENTS[event]], read_roots, "listing", event)
+        elif event in _WRITE_EVENTS:
+            check_path(args[_WRITE_EVENTS[event]], write_roots, "changing", event)
+        elif event == "os.rename":
+            check_path(args[0], write_roots, "moving", event)
+            check_path(args[1], write_roots, "moving to", event)
+
+    sys.addaudithook(hook)

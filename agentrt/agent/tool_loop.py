@@ -1,0 +1,194 @@
+"""Tools on the engine's token stream: one request whose tool calls are answered in place.
+
+:func:`run_with_tools` submits a prompt with :meth:`ToolStream.engine_hook` as the request's hook,
+so every sampled token goes through the parser into the tools while decoding goes on [Conveyor]:
+
+- a call that is rejected while it is written (a tool's ``ToolCallError``, an unknown tool,
+  malformed JSON) → the hook answers ``"abort"``: the engine stops decoding at once and frees the
+  KV (its full blocks stay in the prefix cache). The rejection is the observation; the next
+  segment is a new request over the same context, mostly served from the prefix cache.
+- a call written completely → ``"pause"``: the request keeps its KV while the tool finishes
+  [InferCept: preserve]; the observation is rendered (:func:`render_observation`) and appended
+  with ``Engine.resume`` — only the appended tokens and the last sampled one are prefilled — and
+  decoding continues on the same sequence (style rule 14: tool results are appended tokens).
+
+The engine is reached only through ``generate`` / ``resume`` / ``release`` and the hook; nothing
+of it is imported at run time (this module is also loaded in tool worker processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentrt.agent.plugin import Observation, Tool
+from agentrt.agent.runtime import ToolRuntime
+from agentrt.agent.tool_stream import ToolStream
+
+if TYPE_CHECKING:
+    from agentrt.core.sampling_params import SamplingParams
+    from agentrt.engine import Engine, RequestOutput
+
+__all__ = ["Segment", "ToolRun", "render_observation", "run_with_tools"]
+
+Render = Callable[[Observation, str], str]
+
+# NOTE: ChatML (SmolLM2, Qwen, Hermes); the tool turn follows Hermes (role "tool").
+_TOOL_TURN = "<|im_end|>\n<|im_start|>tool\n<tool_response>\n{text}\n</tool_response><|im_end|>\n"
+_RENDER = {
+    "json_toolcall": "</tool_call>" + _TOOL_TURN + "<|im_start|>assistant\n",
+    "fenced_code": _TOOL_TURN + "<|im_start|>assistant\n",
+    "react": "\nObservation: {text}\nThought:",
+}
+
+
+def render_observation(observation: Observation, syntax: str) -> str:
+    """The text appended after a call: the end of the call and a tool turn (ChatML / ReAct)."""
+    template = _RENDER.get(syntax)
+    if template is None:
+        raise ValueError(f"no observation format for syntax {syntax!r}; pass render=")
+    return template.format(text=observation.text.rstrip("\n"))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One generate / resume segment of the request and the call that ended it."""
+
+    output: RequestOutput
+    #: the observation of the call that ended this segment (None: the output ended on its own)
+    observation: Observation | None = None
+    #: token ids appended after this segment (empty for the last one)
+    appended_ids: tuple[int, ...] = ()
+
+    @property
+    def is_aborted(self) -> bool:
+        """The hook stopped this segment: the call being written was rejected."""
+        return self.output.finish_reason == "abort"
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """What :func:`run_with_tools` did: the segments, in order, and every observation."""
+
+    segments: tuple[Segment, ...]
+    observations: tuple[Observation, ...]
+    #: decode budget left unused by aborted segments: at most this many tokens were saved
+    max_tokens_saved: int = 0
+    #: a ReAct ``Final Answer:``, if the last segment gave one
+    final_answer: str | None = None
+
+    @property
+    def output(self) -> RequestOutput | None:
+        """The last segment's output (None if the call was rejected before any decoding)."""
+        return self.segments[-1].output if self.segments else None
+
+    @property
+    def text(self) -> str:
+        """The model's output of all segments, without the appended observations."""
+        return "".join(segment.output.text for segment in self.segments)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(len(segment.output.token_ids) for segment in self.segments)
+
+
+def run_with_tools(
+    engine: Engine,
+    prompt: str | list[int],
+    params: SamplingParams,
+    *,
+    tools: ToolRuntime | Iterable[Tool | str],
+    syntax: str = "json_toolcall",
+    session: str = "default",
+    reply_prefix: str = "",
+    max_calls: int = 4,
+    render: Render = render_observation,
+    lazy: bool | None = None,
+    namespace: str = "",
+) -> ToolRun:
+    """Generate with tools: calls run while written, rejected ones stop, complete ones pause.
+
+    ``reply_prefix`` is the start of the reply already forced into the prompt (e.g. an opened
+    ``<tool_call>``): it is appended to ``prompt`` and fed to the parser before decoding, so a
+    call it begins is executed like a decoded one. At most ``max_calls`` observations are
+    appended (0: stop at the first call); ``params`` apply to every segment. A ``ToolRuntime``
+    passed in stays open; tools given by name or instance get a runtime closed at the end.
+    """
+    tokenizer = engine.tokenizer
+    if isinstance(prompt, str):
+        context = _encode(tokenizer, prompt + reply_prefix)
+    else:
+        context = _encode(tokenizer, prompt) + _encode(tokenizer, reply_prefix)
+    with ToolStream(tokenizer, tools, parser=syntax, session=session, lazy=lazy) as stream:
+        if reply_prefix and stream.feed_text(reply_prefix) == "abort":
+            return ToolRun((), tuple(stream.observations))
+        loop = _Loop(engine, stream, params, syntax, render, namespace)
+        return loop.run(context, max_calls)
+
+
+class _Loop:
+    """Drives one request through its segments; releases its KV however it ends."""
+
+    def __init__(
+        self, engine: Engine, stream: ToolStream, params: SamplingParams, syntax: str,
+        render: Render, namespace: str,
+    ) -> None:
+        self.engine, self.stream, self.params = engine, stream, params
+        self.syntax, self.render, self.namespace = syntax, render, namespace
+        self.segments: list[Segment] = []
+        self.max_tokens_saved = 0
+        self._num_reported = len(stream.observations)
+
+    def run(self, context: list[int], max_calls: int) -> ToolRun:
+        out = self._generate(context)
+        try:
+            while True:
+                observation = self._end_segment(out)
+                if observation is None or len(self.segments) >= max_calls:
+                    self.segments.append(Segment(out, observation))
+                    break
+                appended = _encode(self.engine.tokenizer, self.render(observation, self.syntax))
+                self.segments.append(Segment(out, observation, tuple(appended)))
+                context += [*out.token_ids, *appended]
+                self.stream.begin_segment()
+                out = self._continue(out, context, appended)
+        finally:
+            if out.is_paused:
+                self.engine.release(out.request_id)
+        stream = self.stream
+        return ToolRun(
+            tuple(self.segments), tuple(stream.observations), self.max_tokens_saved,
+            stream.final_answer,
+        )
+
+    def _end_segment(self, out: RequestOutput) -> Observation | None:
+        """Collect what ended the segment: a rejected or complete call (its observation)."""
+        stream = self.stream
+        if out.finish_reason == "abort":
+            self.max_tokens_saved += max(0, self.params.max_tokens - len(out.token_ids))
+        elif not stream.call_complete:
+            stream.close()  # the output ended (EOS, stop, length): a call may end or fail here
+        stream.observation()  # waits for the tools of this segment's calls
+        new = stream.observations[self._num_reported :]
+        self._num_reported = len(stream.observations)
+        return new[-1] if new else None
+
+    def _generate(self, context: list[int]) -> RequestOutput:
+        return self.engine.generate(
+            context, self.params, hook=self.stream.engine_hook, keep_kv=True,
+            namespace=self.namespace,
+        )
+
+    def _continue(
+        self, out: RequestOutput, context: list[int], appended: list[int]
+    ) -> RequestOutput:
+        if out.is_paused:  # KV kept: prefill only the appended tokens
+            return self.engine.resume(out.request_id, appended, self.params)
+        return self._generate(context)  # aborted: a new request, served by the prefix cache
+
+
+def _encode(tokenizer: Any, text: str | list[int]) -> list[int]:
+    if isinstance(text, str):
+        return tokenizer.encode(text, add_special_tokens=False) if text else []
+    return [int(t) for t in text]

@@ -1,0 +1,145 @@
+"""The ``agentrt`` command line: ``agentrt run "prompt"`` and ``agentrt chat``.
+
+Both run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model`` names a
+local Hugging Face folder or a .gguf file; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+__all__ = ["main"]
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default=None,
+                   help="local Hugging Face model folder or .gguf file "
+                        "(default: the embedded SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="weight and KV-cache dtype (default: auto = float32 on CPU)")
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (256)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0 = off)")
+    g.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--system", default=None, help="system prompt for the chat template")
+
+
+def _params(args: argparse.Namespace):
+    from agentrt import SamplingParams
+
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                          top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                          stop=tuple(args.stop))
+
+
+def _engine(args: argparse.Namespace):
+    from agentrt import Engine
+
+    return Engine(args.model, dtype=args.dtype)
+
+
+def _render(engine, messages: list[dict[str, str]]) -> str:
+    return engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                tokenize=False)
+
+
+def _messages(system: str | None) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}] if system else []
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Answer one prompt, streaming the reply to stdout."""
+    params = _params(args)
+    engine = _engine(args)
+    prompt = args.prompt if args.raw else _render(
+        engine, _messages(args.system) + [{"role": "user", "content": args.prompt}])
+    start, n = time.perf_counter(), 0
+    try:
+        for delta in engine.stream(prompt, params):
+            n += len(delta.token_ids)
+            print(delta.text, end="", flush=True)
+    finally:
+        engine.close()
+    elapsed = time.perf_counter() - start
+    print()
+    if args.stats:
+        print(f"[{n} tokens in {elapsed:.2f} s, {n / elapsed:.1f} tok/s]", file=sys.stderr)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Interactive chat; the shared conversation prefix is served from the prefix cache."""
+    params = _params(args)
+    engine = _engine(args)
+    messages = _messages(args.system)
+    print("agentrt chat — empty line or Ctrl-D to quit", file=sys.stderr)
+    try:
+        while True:
+            try:
+                line = input("you> ").strip()
+            except EOFError:
+                break
+            if not line:
+                break
+            messages.append({"role": "user", "content": line})
+            print("assistant> ", end="", flush=True)
+            reply = "".join(_echo(d.text) for d in engine.stream(_render(engine, messages),
+                                                                 params))
+            print()
+            messages.append({"role": "assistant", "content": reply})
+    finally:
+        engine.close()
+    return 0
+
+
+def _echo(text: str) -> str:
+    print(text, end="", flush=True)
+    return text
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "run": (cmd_run, "answer one prompt on the local engine and stream the reply"),
+    "chat": (cmd_chat, "chat interactively with the local engine"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentrt",
+        description="agentrt: a local agent runtime with its own paged-KV LLM engine. "
+                    "Runs on CPU with the embedded SmolLM2-135M-Instruct by default.",
+        epilog='examples:\n  agentrt run "What is the capital of France?"\n'
+               "  agentrt chat --system 'You are terse.'\n"
+               "  agentrt run --model ./my-qwen2-folder --max-tokens 64 'Hello'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help=COMMANDS["run"][1], description=cmd_run.__doc__)
+    run.add_argument("prompt", help="the user message (or raw text with --raw)")
+    run.add_argument("--raw", action="store_true",
+                     help="send the prompt as raw text, without the chat template")
+    run.add_argument("--stats", action="store_true", help="print token count and speed")
+    _add_model_args(run)
+    chat = sub.add_parser("chat", help=COMMANDS["chat"][1], description=cmd_chat.__doc__)
+    _add_model_args(chat)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command][0](args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"agentrt: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

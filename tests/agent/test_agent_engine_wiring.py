@@ -1,0 +1,114 @@
+"""ToolStream on the real engine: a rejected call stops decoding, a complete one pauses and resumes.
+
+The 135M model does not reliably write a tool call on its own, so each prompt ends with the start
+of the call (``reply_prefix``, fed to the parser as already-decoded text) and the model continues
+it, greedily.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from agentrt import SamplingParams
+from agentrt.agent import Observation, ToolRuntime, render_observation, run_with_tools
+from agentrt_tools.sqlite import SqliteTool
+
+SYSTEM = (
+    "You are a helpful assistant. Call a tool by writing "
+    '<tool_call>{"name": ..., "arguments": {...}}</tool_call>. Tools: '
+    + json.dumps([{"name": "sqlite", "description": "Run SQL on the shop database: "
+                   "orders(id, customer, total)", "parameters": {"query": "string"}}])
+)
+QUESTION = "Which customers have orders over 3?"
+CALL = '<tool_call>{"name": "sqlite", "arguments": {"query": '
+BAD_CALL = CALL + '"SELECT nosuchcolumn FROM'  # the model goes on: ` orders WHERE ...`
+GOOD_CALL = CALL + '"SELECT customer FROM orders WHERE total > 3'  # the model closes it: `"}}`
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    db = tmp_path_factory.mktemp("wiring") / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT, total REAL)")
+        conn.executemany(
+            "INSERT INTO orders (customer, total) VALUES (?, ?)", [("ada", 4.0), ("bob", 2.0)]
+        )
+    conn.close()
+    with ToolRuntime([SqliteTool(path=str(db))]) as rt:
+        rt.sandbox_report("sqlite", session="wiring")  # start the worker before decoding
+        yield rt
+
+
+@pytest.fixture(scope="module")
+def prompt(engine):
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    return engine.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )
+
+
+def test_a_missing_column_aborts_the_decode(engine, runtime, prompt):
+    params = SamplingParams(max_tokens=40)
+    full = engine.generate(prompt + BAD_CALL, params)  # the same request without the hook
+    assert '"}}' in full.text  # unchecked, the model finishes the statement and the call
+
+    run = run_with_tools(
+        engine, prompt, params, tools=runtime, session="wiring", reply_prefix=BAD_CALL,
+        max_calls=0,
+    )
+    (segment,) = run.segments
+    out = segment.output
+    assert out.finish_reason == "abort" and not out.is_paused
+    assert out.request_id not in engine.core.requests  # decoding stopped, KV freed
+    # rejected while the statement was still being written: the query string is not closed
+    assert '"' not in out.text and out.text.startswith(" orders")
+    assert segment.observation.is_error and "nosuchcolumn" in segment.observation.text
+    saved = len(full.token_ids) - len(out.token_ids)
+    assert 0 < saved <= run.max_tokens_saved == params.max_tokens - len(out.token_ids)
+
+
+def test_a_complete_call_pauses_and_the_observation_is_appended(engine, runtime, prompt):
+    params = SamplingParams(max_tokens=24)
+    run = run_with_tools(
+        engine, prompt, params, tools=runtime, session="wiring", reply_prefix=GOOD_CALL,
+        max_calls=1,
+    )
+    first, second = run.segments
+    # paused by the hook at the end of the call (before `</tool_call>`), KV kept
+    assert first.output.is_paused and first.output.finish_reason == "stop"
+    assert first.output.text.endswith("}}")
+    assert first.observation.text.startswith("customer\nada\n(1 row)")
+    appended = engine.tokenizer.decode(list(first.appended_ids), skip_special_tokens=False)
+    assert appended == render_observation(first.observation, "json_toolcall")
+    # resumed in place: only the appended tokens and the last sampled one were prefilled
+    assert second.output.request_id == first.output.request_id
+    assert second.output.num_prefill_tokens == len(first.appended_ids) + 1
+    assert second.output.token_ids and second.output.finish_reason in ("stop", "length")
+    assert second.output.request_id not in engine.core.requests  # released at the end
+
+
+def test_after_a_rejection_the_error_is_appended_to_a_new_request(engine, runtime, prompt):
+    params = SamplingParams(max_tokens=12)
+    run = run_with_tools(
+        engine, prompt, params, tools=runtime, session="wiring", reply_prefix=BAD_CALL,
+        max_calls=1,
+    )
+    first, second = run.segments
+    assert first.is_aborted and first.observation.is_error
+    assert second.output.request_id != first.output.request_id
+    # every full KV page of the aborted request came from the prefix cache
+    computed = first.output.prompt_len + len(first.output.token_ids) - 1
+    block = engine.config.block_size
+    assert second.output.num_cached_tokens >= computed // block * block
+    assert run.observations[0] == first.observation
+
+
+def test_render_observation_per_syntax():
+    obs = Observation("calculator", "140200\n")
+    assert render_observation(obs, "react") == "\nObservation: 140200\nThought:"
+    assert render_observation(obs, "json_toolcall").startswith("</tool_call><|im_end|>\n")
+    with pytest.raises(ValueError, match="render="):
+        render_observation(obs, "xml")

@@ -1,0 +1,66 @@
+"""calculator: safe evaluation, and rejection while the expression is still being written."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrt.agent import ToolRuntime
+from agentrt.agent.parsers.base import Piece
+from agentrt_tools.calculator import evaluate, validate_prefix
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("200 * 701", 140200),
+        ("2 ^ 10", 1024),
+        ("sqrt(16) + max(1, 2)", 6.0),
+        ("-(3 - 5) / 4", 0.5),
+        ("7 // 2 + 7 % 2", 4),
+        ("round(pi, 3)", 3.142),
+    ],
+)
+def test_evaluate(expression, value):
+    assert evaluate(expression) == value
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os').system('true')",
+        "(1).__class__",
+        "[1, 2]",
+        "x + 1",
+        "9 ** 9 ** 9",
+        "open('f')",
+        "lambda: 1",
+    ],
+)
+def test_anything_but_arithmetic_is_refused(expression):
+    with pytest.raises(ValueError):
+        evaluate(expression)
+
+
+def test_prefixes_of_valid_expressions_pass_and_invalid_ones_fail_early():
+    good = "sqrt(2) * (3.5e2 + max(1, -4)) / tau"
+    assert all(validate_prefix(good[:n]) is None for n in range(len(good) + 1))
+    assert "unknown name 'os'" in validate_prefix("2 + os")
+    assert "unexpected character '.'" in validate_prefix("os.")
+    assert "expected a number" in validate_prefix("2 +* 3")
+    assert "unbalanced" in validate_prefix("2)")
+
+
+def test_an_invalid_expression_aborts_the_call_on_a_prefix():
+    with ToolRuntime(["calculator"]) as rt:
+        call = rt.start("calculator")
+        pieces = ["12 ", "* ", "__import__(", "'os')", ".system('x')"]
+        rejected = None
+        for n, text in enumerate(pieces):
+            call.feed(Piece("delta", text, key="expression"))
+            if call.wait():
+                rejected = n
+                break
+        assert rejected == 2
+        obs = call.finish()
+        assert obs.is_error and "unknown name '__import__'" in obs.text
+        assert rt.run("calculator", {"expression": "12 * 4"}).text == "48"

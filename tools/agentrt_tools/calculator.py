@@ -1,0 +1,170 @@
+"""calculator: safe arithmetic, validated while the expression is still being written.
+
+Never ``eval``: the expression is parsed with :mod:`ast` and evaluated by walking a whitelist of
+nodes — numbers, ``+ - * / // % **`` (``^`` means power), unary ``+``/``-``, parentheses, the
+constants ``pi``, ``e``, ``tau`` and functions from :mod:`math` (``sqrt``, ``log``, ``sin``, …)
+plus ``abs``, ``round``, ``min``, ``max``. Streamed parts of the ``expression`` argument are
+checked at once by a small token-level state machine (allowed characters, known names, operand /
+operator order, balanced parentheses), so ``__import__('os')`` or ``2 +* 3`` rejects the call
+before the model finishes writing it. Huge powers are refused instead of hanging the worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from agentrt.agent.plugin import ArgumentInvocation, Invocation, Tool, ToolCallError
+from agentrt.agent.sandbox import SandboxConfig
+
+__all__ = ["CalculatorTool", "evaluate", "validate_prefix"]
+
+_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    name: getattr(math, name)
+    for name in ("sqrt", "exp", "log", "log10", "log2", "sin", "cos", "tan", "asin", "acos",
+                 "atan", "atan2", "sinh", "cosh", "tanh", "floor", "ceil", "factorial", "hypot",
+                 "degrees", "radians", "gcd")
+}
+_FUNCTIONS.update({"abs": abs, "round": round, "min": min, "max": max})
+_NAMES = sorted({*_CONSTANTS, *_FUNCTIONS})
+_BINARY = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_TOKEN = re.compile(
+    r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d*)?)|(?P<name>[A-Za-z_]\w*)"
+    r"|(?P<op>\*\*|//|[-+*/%^(),]))"
+)
+_MAX_POWER_DIGITS = 10_000
+
+
+@dataclass(frozen=True)
+class CalculatorTool(Tool):
+    """Evaluate an arithmetic expression."""
+
+    name: ClassVar[str] = "calculator"
+    description: ClassVar[str] = (
+        "Evaluate an arithmetic expression, e.g. '200 * 701' or 'sqrt(2) / 3'."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"expression": {"type": "string", "description": "the expression"}},
+        "required": ["expression"],
+    }
+    main_argument: ClassVar[str | None] = "expression"
+    sandbox: SandboxConfig = field(default_factory=lambda: SandboxConfig(max_wall_s=5.0))
+
+    def start(self) -> Invocation:
+        return _CalculatorCall(self)
+
+
+class _CalculatorCall(ArgumentInvocation):
+    def __init__(self, tool: CalculatorTool) -> None:
+        super().__init__(tool)
+        self.streamed = ""
+
+    def on_delta(self, key: str, text: str) -> None:
+        if key == "expression":
+            self.streamed += text
+            error = validate_prefix(self.streamed)
+            if error:
+                raise ToolCallError(f"calculator: {error} in {self.streamed.strip()!r}")
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        try:
+            return _format(evaluate(arguments["expression"]))
+        except (ValueError, ArithmeticError, TypeError) as exc:
+            raise ToolCallError(f"calculator: {exc}") from None
+
+
+def validate_prefix(text: str) -> str | None:
+    """An error if ``text`` cannot be the start of a valid expression, else None."""
+    pos, depth, expect_operand = 0, [], True
+    tokens = []
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if not match or match.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            return f"unexpected character {text[pos:].lstrip()[0]!r}"
+        tokens.append((match.lastgroup, match.group(match.lastgroup), match.end() == len(text)))
+        pos = match.end()
+    for i, (kind, value, at_end) in enumerate(tokens):
+        if at_end and kind in ("name", "number"):
+            if kind == "name" and not any(n.startswith(value) for n in _NAMES):
+                return f"unknown name {value!r}"
+            break  # may still grow
+        if expect_operand:
+            if kind == "number" or (kind == "name" and value in _CONSTANTS):
+                expect_operand = False
+            elif kind == "name" and value in _FUNCTIONS:
+                nxt = tokens[i + 1][1] if i + 1 < len(tokens) else "("
+                if nxt != "(":
+                    return f"function {value!r} must be called"
+            elif kind == "name":
+                return f"unknown name {value!r}"
+            elif value == "(":
+                depth.append(tokens[i - 1][0] == "name" if i else False)
+            elif value not in "+-":
+                return f"expected a number before {value!r}"
+        elif kind == "op" and value == ")":
+            if not depth:
+                return "unbalanced ')'"
+            depth.pop()
+        elif kind == "op" and value == ",":
+            if not depth or not depth[-1]:
+                return "',' outside a function call"
+            expect_operand = True
+        elif kind == "op" and value != "(":
+            expect_operand = True
+        else:
+            return f"expected an operator before {value!r}"
+    return None
+
+
+def evaluate(expression: str) -> int | float:
+    """Evaluate an arithmetic expression safely (see the module docstring)."""
+    try:
+        tree = ast.parse(expression.replace("^", "**").strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"invalid expression: {exc.msg}") from None
+    return _eval(tree.body)
+
+
+def _eval(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
+        return _CONSTANTS[node.id]
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow):
+            _check_power(left, right)
+        return _BINARY[type(node.op)](left, right)
+    if (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS and not node.keywords
+    ):
+        return _FUNCTIONS[node.func.id](*[_eval(arg) for arg in node.args])
+    raise ValueError(f"not allowed in an expression: {ast.unparse(node)!r}")
+
+
+def _check_power(base: Any, exponent: Any) -> None:
+    if abs(base) > 1 and abs(exponent) * math.log10(abs(base)) > _MAX_POWER_DIGITS:
+        raise ValueError(f"result too large: more than {_MAX_POWER_DIGITS} digits")
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)

@@ -1,0 +1,148 @@
+"""python_repl: a persistent Python interpreter that runs each statement as soon as it is written.
+
+One interpreter per agent session, in a worker forked from the warm template (``preload`` names
+modules imported there once). Statements come complete from the fenced-code parser, or are cut
+from a streamed ``code`` argument by the same splitter, and each runs the moment it is complete,
+compiled in interactive mode (a bare expression prints its ``repr``, like the Python prompt).
+stdout and stderr are captured; the first exception stops the script like it would stop a file,
+rejects the rest of the call (the model need not finish writing code that will not run), and its
+traceback ends the observation. Running the pieces as they stream and running the whole script at
+once give the same observation. Limits and confinement: :class:`agentrt.agent.SandboxConfig`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import linecache
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agentrt.agent import sandbox as sandbox_module
+from agentrt.agent import worker as worker_module
+from agentrt.agent.parsers.statements import PythonStatementSplitter
+from agentrt.agent.plugin import Invocation, Tool, ToolCallError, ToolSession, check_argument
+from agentrt.agent.sandbox import SandboxConfig
+
+__all__ = ["PythonReplTool"]
+
+_RUNTIME_FILES = frozenset({sandbox_module.__file__, worker_module.__file__})
+_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n|\n?```\s*$")
+
+
+@dataclass(frozen=True)
+class PythonReplTool(Tool):
+    """Run Python in a persistent, sandboxed interpreter."""
+
+    name: ClassVar[str] = "python_repl"
+    description: ClassVar[str] = (
+        "Run Python code in a persistent interpreter and return what it prints "
+        "(stdout, stderr, the value of bare expressions, and any error)."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "Python source to run"}},
+        "required": ["code"],
+    }
+    main_argument: ClassVar[str | None] = "code"
+
+    #: modules imported once in the template process (warm for every session)
+    preload: tuple[str, ...] = ()
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    #: longest observation; the middle of longer output is cut
+    max_output_chars: int = 20_000
+
+    def open_session(self, workdir: Path) -> ToolSession:
+        return _ReplSession(self)
+
+
+class _ReplSession(ToolSession):
+    def __init__(self, tool: PythonReplTool) -> None:
+        super().__init__(tool)
+        self.tool: PythonReplTool = tool
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        self.num_statements = 0
+
+    def start(self) -> Invocation:
+        return _ReplCall(self)
+
+    def run(self, source: str, out: io.StringIO) -> BaseException | None:
+        """Run one complete top-level statement; return the exception it raised, if any."""
+        self.num_statements += 1
+        filename = f"<input-{self.num_statements}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                code = compile(source, filename, "single", dont_inherit=True)
+                exec(code, self.namespace)
+            except BaseException as exc:  # noqa: BLE001 - user code: report everything
+                _print_exception(exc, out)
+                return exc
+            finally:
+                sys.stdout.flush()
+        return None
+
+
+class _ReplCall(Invocation):
+    main_argument = "code"
+
+    def __init__(self, session: _ReplSession) -> None:
+        self.session = session
+        self.out = io.StringIO()
+        self.splitter = PythonStatementSplitter()
+        self.streamed = ""  # code received as deltas so far
+
+    def on_statement(self, text: str) -> None:
+        self._run(text)
+
+    def on_delta(self, key: str, text: str) -> None:
+        if key == "code":
+            self.streamed += text
+            for statement in self.splitter.push(text):
+                self._run(statement)
+
+    def on_argument(self, key: str, value: Any) -> None:
+        check_argument(PythonReplTool.parameters, key, value)
+        if self.streamed and value.startswith(self.streamed):
+            rest = value[len(self.streamed) :]
+        else:
+            rest = _strip_fence(value)
+        for statement in self.splitter.push(rest) + self.splitter.flush():
+            self._run(statement)
+        self.streamed = ""
+
+    def finish(self) -> str:
+        for statement in self.splitter.flush():
+            self._run(statement)
+        return self._text()
+
+    def _run(self, statement: str) -> None:
+        if self.session.run(statement, self.out) is not None:
+            raise ToolCallError(self._text())
+
+    def _text(self) -> str:
+        text, limit = self.out.getvalue(), self.session.tool.max_output_chars
+        if len(text) > limit:
+            cut = len(text) - limit
+            text = f"{text[: limit // 2]}\n... [{cut} characters cut] ...\n{text[-limit // 2 :]}"
+        return text
+
+
+def _strip_fence(code: str) -> str:
+    """Code given as plain text (a ReAct input) may come wrapped in a Markdown fence."""
+    return _FENCE.sub("", code) if code.lstrip().startswith("```") else code
+
+
+def _print_exception(exc: BaseException, out: io.StringIO) -> None:
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<input-"):
+        tb = tb.tb_next  # drop the runtime's frames above the user's code
+    report = traceback.TracebackException(type(exc), exc, tb)
+    frames = [f for f in report.stack if f.filename not in _RUNTIME_FILES]  # and the limits' own
+    report.stack = traceback.StackSummary.from_list(frames)
+    out.write("".join(report.format()))
