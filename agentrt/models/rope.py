@@ -12,18 +12,21 @@ from typing import Any
 
 import torch
 
+Tensor = torch.Tensor
+Scaled = tuple[torch.Tensor, float]  # (scaled inverse frequencies, attention factor)
+
 __all__ = ["ROPE_VARIANTS", "apply_rope", "rope_tables"]
 
 
-def _default(inv_freq: torch.Tensor, p: dict[str, Any], max_pos: int) -> tuple[torch.Tensor, float]:
+def _default(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
     return inv_freq, 1.0
 
 
-def _linear(inv_freq: torch.Tensor, p: dict[str, Any], max_pos: int) -> tuple[torch.Tensor, float]:
+def _linear(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
     return inv_freq / float(p["factor"]), 1.0
 
 
-def _llama3(inv_freq: torch.Tensor, p: dict[str, Any], max_pos: int) -> tuple[torch.Tensor, float]:
+def _llama3(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
     factor = float(p["factor"])
     low, high = float(p.get("low_freq_factor", 1.0)), float(p.get("high_freq_factor", 4.0))
     old_len = float(p["original_max_position_embeddings"])
@@ -36,10 +39,9 @@ def _llama3(inv_freq: torch.Tensor, p: dict[str, Any], max_pos: int) -> tuple[to
     return torch.where(is_medium, smoothed, scaled), 1.0
 
 
-def _yarn(inv_freq: torch.Tensor, p: dict[str, Any], max_pos: int) -> tuple[torch.Tensor, float]:
+def _yarn(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
     factor = float(p["factor"])
     dim = inv_freq.numel() * 2
-    base = 1.0 / float(inv_freq[1]) ** (2 / dim) if dim > 2 else 10000.0
     old_len = float(p.get("original_max_position_embeddings") or max_pos)
     beta_fast, beta_slow = float(p.get("beta_fast") or 32), float(p.get("beta_slow") or 1)
 
@@ -55,7 +57,7 @@ def _yarn(inv_freq: torch.Tensor, p: dict[str, Any], max_pos: int) -> tuple[torc
     return blended, mscale
 
 
-RopeVariant = Callable[[torch.Tensor, dict[str, Any], int], tuple[torch.Tensor, float]]
+RopeVariant = Callable[[torch.Tensor, dict[str, Any], int, float], tuple[torch.Tensor, float]]
 ROPE_VARIANTS: dict[str, RopeVariant] = {
     "default": _default,
     "linear": _linear,
@@ -75,7 +77,7 @@ def rope_tables(
         )
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
     inv_freq = 1.0 / (theta**exponents)
-    inv_freq, mscale = ROPE_VARIANTS[kind](inv_freq, scaling or {}, max_pos)
+    inv_freq, mscale = ROPE_VARIANTS[kind](inv_freq, scaling or {}, max_pos, theta)
     positions = torch.arange(max_pos, dtype=torch.float32)
     freqs = positions[:, None] * inv_freq[None, :]  # (P, D/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
