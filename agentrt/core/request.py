@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -57,6 +58,8 @@ class Request:
     """Sees each step's new tokens; may answer "pause" or "abort" (None = continue)."""
     keep_kv: bool = False
     """On finishing a segment, pause with KV kept instead of releasing it."""
+    forced_token_ids: deque[int] = field(default_factory=deque)
+    """Tokens that replace the sampled ones, one per step (trace replay, forced output)."""
 
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from agentrt.config import EngineConfig
@@ -152,12 +152,16 @@ class Engine:
     def submit(self, prompt: Prompt, params: SamplingParams | None = None, *,
                subscriber: Callable[[StepUpdate | BaseException], None] | None = None,
                request_id: str | None = None, namespace: str = "", hook=None,
-               keep_kv: bool = False) -> Request:
-        """Queue a request; ``subscriber`` is called from the driver thread with every update."""
+               keep_kv: bool = False, forced_token_ids: Sequence[int] = ()) -> Request:
+        """Queue a request; ``subscriber`` is called from the driver thread with every update.
+
+        See :meth:`LLMEngine.add_request` for ``hook``, ``keep_kv`` and ``forced_token_ids``.
+        """
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, request_id=request_id,
-                                        namespace=namespace, hook=hook, keep_kv=keep_kv)
+                                        namespace=namespace, hook=hook, keep_kv=keep_kv,
+                                        forced_token_ids=forced_token_ids)
             if subscriber is not None:
                 self._subscribers[req.request_id] = subscriber
             self._wake.notify()

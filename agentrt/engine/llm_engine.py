@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -105,15 +107,20 @@ class LLMEngine:
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
                     request_id: str | None = None, namespace: str = "", hook=None,
-                    keep_kv: bool = False) -> Request:
-        """Validate and queue a request; raises ``ValueError`` on bad input."""
+                    keep_kv: bool = False, forced_token_ids: Sequence[int] = ()) -> Request:
+        """Validate and queue a request; raises ``ValueError`` on bad input.
+
+        ``forced_token_ids`` replace the sampled token at each step, in order (the forward
+        pass still runs per token); sampling resumes when they run out.
+        """
         params = params or SamplingParams()
         ids = self.encode(prompt)
         self._check_prompt(ids)
         rid = request_id or f"req-{next(_counter)}"
         if rid in self.requests:
             raise ValueError(f"request id {rid!r} is already in use")
-        req = Request(rid, ids, params, namespace=namespace, hook=hook, keep_kv=keep_kv)
+        req = Request(rid, ids, params, namespace=namespace, hook=hook, keep_kv=keep_kv,
+                      forced_token_ids=deque(self.encode(list(forced_token_ids))))
         self._start_segment(req)
         self.requests[rid] = req
         self.scheduler.add(req)
@@ -176,6 +183,8 @@ class LLMEngine:
         return [self._append(req, tok) for req, tok in zip(sampled_reqs, tokens, strict=True)]
 
     def _append(self, req: Request, token: int) -> StepUpdate:
+        if req.forced_token_ids:
+            token = req.forced_token_ids.popleft()
         if req.stats.first_token_time is None:
             req.stats.first_token_time = time.monotonic()
         req.token_ids.append(token)

@@ -33,3 +33,15 @@ def test_resume_text_and_release(engine, chat):
         assert first.request_id in str(e)
     else:
         raise AssertionError("resuming a released request must fail")
+
+
+def test_forced_tokens_replace_sampled_ones_then_sampling_resumes(engine, chat, tokenizer):
+    forced = tokenizer.encode(" Forty-two is", add_special_tokens=False)
+    out = engine.generate(chat("What is six times seven?"), SamplingParams(max_tokens=8),
+                          forced_token_ids=forced, namespace="forced")
+    assert out.token_ids[: len(forced)] == forced
+    assert out.text.startswith(" Forty-two is")
+    context = tokenizer.encode(chat("What is six times seven?"), add_special_tokens=False)
+    free_run = engine.generate(context + forced, SamplingParams(max_tokens=8 - len(forced)),
+                               namespace="forced-ref")
+    assert out.token_ids[len(forced):] == free_run.token_ids
