@@ -31,8 +31,9 @@ from agentrt.agent.parsers.base import (
 )
 from agentrt.agent.plugin import Observation, Tool
 from agentrt.agent.runtime import ToolCall, ToolRuntime
+from agentrt.core.detokenizer import IncrementalDetokenizer
 
-__all__ = ["IncrementalDetokenizer", "ToolStream"]
+__all__ = ["ToolStream"]
 
 Decision = Literal["continue", "abort"]
 HookDecision = Literal["continue", "pause", "abort"]
@@ -40,44 +41,6 @@ HookDecision = Literal["continue", "pause", "abort"]
 
 class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
-
-
-class IncrementalDetokenizer:
-    """Turns token ids into text increments, holding back a token that ends mid-character.
-
-    Decodes a small window (the previously emitted tokens plus the new ones) and emits only the
-    part past what was already emitted, so word-initial spaces come out right; a decode ending
-    in U+FFFD (an incomplete UTF-8 sequence, e.g. a byte-fallback token) waits for the next one.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, *, skip_special_tokens: bool = True) -> None:
-        self.tokenizer = tokenizer
-        self.skip_special_tokens = skip_special_tokens
-        self.ids: list[int] = []
-        self._prefix = 0  # start of the decode window
-        self._read = 0  # ids up to here have been emitted
-
-    def push(self, token_ids: Iterable[int]) -> str:
-        """Add token ids; return the newly completed text."""
-        self.ids.extend(token_ids)
-        prefix_text = self._decode(self.ids[self._prefix : self._read])
-        full_text = self._decode(self.ids[self._prefix :])
-        if full_text.endswith("\ufffd") or len(full_text) <= len(prefix_text):
-            return ""
-        self._prefix, self._read = self._read, len(self.ids)
-        return full_text[len(prefix_text) :]
-
-    def flush(self) -> str:
-        """End of stream: return whatever is still held back."""
-        prefix_text = self._decode(self.ids[self._prefix : self._read])
-        full_text = self._decode(self.ids[self._prefix :])
-        self._read = len(self.ids)
-        return full_text[len(prefix_text) :]
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        if not ids:
-            return ""
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
 
 class ToolStream:

@@ -18,10 +18,10 @@ import torch
 
 from agentrt.attention import get_backend
 from agentrt.config import EngineConfig
+from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 from agentrt.core.kv_tensors import KVCacheTensors
 from agentrt.core.request import Request, RequestStatus
 from agentrt.core.sampling_params import SamplingParams
-from agentrt.engine.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 from agentrt.engine.model_runner import ModelRunner
 from agentrt.engine.sampler import sample
 from agentrt.kvcache.manager import KVCacheManager
@@ -242,8 +242,8 @@ class LLMEngine:
         req.last_is_sampled = False
         req.finish_reason = req.stop_reason = None
         req.output_text, req.num_emitted_chars, req.logprobs = "", 0, []
-        req.detok = IncrementalDetokenizer(self.tokenizer, req.token_ids,
-                                           req.params.skip_special_tokens)
+        req.detok = IncrementalDetokenizer(
+            self.tokenizer, req.token_ids, skip_special_tokens=req.params.skip_special_tokens)
 
     def _count_computed(self, req: Request, n: int) -> None:
         if n == 1 and req.last_is_sampled and req.num_pending_tokens == 1:

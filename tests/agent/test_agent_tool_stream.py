@@ -8,7 +8,7 @@ import time
 import pytest
 
 from agentrt.agent import ToolRuntime, ToolStream
-from agentrt.agent.tool_stream import IncrementalDetokenizer
+from agentrt.core.detokenizer import IncrementalDetokenizer
 from agentrt_tools.sqlite import SqliteTool
 
 # NOTE: the pause between tokens stands in for the model's decode step (tens of ms on this CPU);

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from agentrt import SamplingParams
-from agentrt.engine.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
+from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 
 
 def test_stop_string_spanning_tokens(engine, chat, tokenizer):

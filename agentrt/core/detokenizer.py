@@ -1,4 +1,4 @@
-"""Incremental detokenization and stop-string matching on the decoded text.
+"""Incremental detokenization and stop-string matching on the decoded text (no torch).
 
 Token ids are decoded over a short sliding window (a few tokens of context before the new
 ones, so leading spaces and merges come out as a full decode would give them). Text ending
@@ -8,6 +8,8 @@ token completes it, so streamed text never contains a broken character.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 __all__ = ["IncrementalDetokenizer", "find_stop", "stop_holdback"]
 
 _CONTEXT_TOKENS = 5
@@ -16,14 +18,15 @@ _CONTEXT_TOKENS = 5
 class IncrementalDetokenizer:
     """Decodes a growing list of token ids into text deltas."""
 
-    def __init__(self, tokenizer, context_ids: list[int], skip_special_tokens: bool = True):
+    def __init__(self, tokenizer, context_ids: Sequence[int] = (), *,
+                 skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
-        self.skip = skip_special_tokens
+        self.skip_special_tokens = skip_special_tokens
         self.ids = list(context_ids[-_CONTEXT_TOKENS:])
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
 
-    def push(self, token_ids: list[int]) -> str:
+    def push(self, token_ids: Iterable[int]) -> str:
         """Add tokens; return the newly completed text (possibly empty)."""
         self.ids.extend(token_ids)
         prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
@@ -33,8 +36,17 @@ class IncrementalDetokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
         return full[len(prefix) :]
 
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip)
+    def flush(self) -> str:
+        """End of stream: return whatever is still held back (even an incomplete character)."""
+        prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset :])
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return full[len(prefix) :]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        if not ids:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
 
 def find_stop(text: str, stops: tuple[str, ...], start: int) -> tuple[int, str] | None:
