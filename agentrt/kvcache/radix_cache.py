@@ -51,6 +51,8 @@ class RadixCache(BasePrefixCache):
         self._roots: dict[str, RadixNode] = {}
         self._num_blocks = 0
         self._num_locked_blocks = 0
+        self.num_evicted_blocks = 0
+        """Blocks released by :meth:`evict` since creation (observability)."""
 
     # --- queries ---------------------------------------------------------------------------
     @property
@@ -129,6 +131,7 @@ class RadixCache(BasePrefixCache):
             leaf = heapq.heappop(heap)
             self._remove_leaf(leaf)
             freed += len(leaf.blocks)
+            self.num_evicted_blocks += len(leaf.blocks)
             parent = leaf.parent
             if parent.parent is not None and parent.is_leaf and parent.lock_ref == 0:
                 heapq.heappush(heap, parent)

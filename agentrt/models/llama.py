@@ -28,6 +28,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(x.dtype)
 
 
+def wide_linear(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``h @ weight.T`` for the widest matrices (MLP gate/up, LM head).
+
+    NOTE: for a few rows (a decode batch) CPU GEMM is up to 2x faster computing
+    ``weight @ h.T`` than ``F.linear`` (measured: LM head at 8 rows 20.8 → 9.6 ms); one row
+    and prefill-sized inputs keep ``F.linear``.
+    """
+    if 2 <= h.shape[0] <= 32:
+        return torch.mm(weight, h.t()).t()
+    return F.linear(h, weight)
+
+
 @dataclass
 class _Layer:
     input_norm: torch.Tensor
@@ -100,7 +112,7 @@ class LlamaModel:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits (N, vocab) for the rows of ``hidden`` that need sampling."""
-        return F.linear(hidden, self.lm_head).float()
+        return wide_linear(hidden, self.lm_head).float()
 
     @property
     def eps(self) -> float:
@@ -121,5 +133,5 @@ class LlamaModel:
         return F.linear(out.reshape(t, q_size), layer.o_proj)
 
     def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
+        gate, up = wide_linear(h, layer.gate_up).chunk(2, dim=-1)
         return F.linear(F.silu(gate) * up, layer.down)

@@ -27,18 +27,18 @@ def test_second_request_prefills_only_its_suffix(engine, tokenizer, long_text):
 
 def test_outputs_identical_when_pool_forces_eviction(engine, tokenizer, long_text):
     words = long_text.split()
-    prompts = [" ".join(words[i * 7 : i * 7 + 120]) for i in range(6)]
-    prompts += [prompts[0] + " In short,", prompts[1] + " Therefore"]
+    base = [" ".join(words[i * 7 : i * 7 + 120]) for i in range(6)]
+    # each extension right after its base (its prefix is still cached when it arrives)
+    prompts = [base[0], base[0] + " In short,", base[1], base[1] + " Therefore", *base[2:]]
     params = SamplingParams(max_tokens=12)
     expected = [o.token_ids for o in engine.generate(prompts, params, namespace="evict-ref")]
-    small = Engine(dtype="float32", num_blocks=24, block_size=16, max_num_seqs=2)
+    small = Engine(dtype="float32", num_blocks=24, block_size=16, max_num_seqs=4)
     try:
         got = [small.generate(p, params).token_ids for p in prompts]  # one by one: reuse
-        got_batch = [o.token_ids for o in small.generate(prompts, params)]  # preemption
-        evicted = small.core.kv.cache.num_cached_blocks
+        got_batch = [o.token_ids for o in small.generate(prompts, params)]  # contention
     finally:
         small.close()
     assert got == expected
     assert got_batch == expected
     assert small.stats.num_cached_tokens > 0  # sharing happened ...
-    assert evicted <= 24  # ... inside a pool too small to keep everything
+    assert small.core.kv.cache.num_evicted_blocks > 0  # ... in a pool that had to evict
