@@ -193,7 +193,7 @@ class LLMEngine:
         prev = len(req.output_text)
         req.output_text += req.detok.push([token])
         reason = self._finish_reason(req, token, prev)
-        action = req.hook(req, [token]) if req.hook is not None else None
+        action = self._call_hook(req, token)
         if reason is None and action in ("pause", "abort"):
             reason = "stop" if action == "pause" else "abort"
             req.keep_kv = req.keep_kv or action == "pause"
@@ -201,6 +201,17 @@ class LLMEngine:
             self.scheduler.remove(req)
             self._finish(req, reason)
         return StepUpdate(req, [token], self._stream_delta(req), reason is not None)
+
+    @staticmethod
+    def _call_hook(req: Request, token: int):
+        """The request's hook; one that raises aborts only its own request."""
+        if req.hook is None:
+            return None
+        try:
+            return req.hook(req, [token])
+        except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the batch
+            req.stop_reason = f"hook raised {type(exc).__name__}: {exc}"
+            return "abort"
 
     def _finish_reason(self, req: Request, token: int, prev_len: int):
         p = req.params

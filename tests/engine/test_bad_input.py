@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -36,3 +37,17 @@ def test_unsupported_architecture(tmp_path):
         "n_head": 2, "n_embd": 8, "vocab_size": 10}))
     with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel"):
         Engine(str(tmp_path))
+
+
+def test_raising_hook_aborts_only_its_request(engine, chat):
+    def broken(req, tokens):
+        raise RuntimeError("tool crashed")
+
+    params = SamplingParams(max_tokens=6)
+    bad = engine.submit(chat("Say hi."), params, hook=broken)
+    good = engine.generate(chat("Say hi."), params, namespace="hook-good")
+    deadline = time.monotonic() + 60
+    while not bad.status.is_finished and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bad.finish_reason == "abort" and "tool crashed" in str(bad.stop_reason)
+    assert good.finish_reason in ("stop", "length") and good.token_ids
