@@ -42,7 +42,7 @@ class Engine:
         elif model is not None or options:
             raise ValueError("pass either config= or model/options, not both")
         self.core = LLMEngine(config)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._subscribers: dict[str, Callable[[StepUpdate | BaseException], None]] = {}
         self._closed = False
@@ -71,8 +71,16 @@ class Engine:
         """
         single = _is_single(prompts)
         batch = [prompts] if single else list(prompts)
-        waiters = [self._collect(lambda s, p=p: self.submit(p, params, subscriber=s, **kwargs))
-                   for p in batch]
+        waiters: list[Callable[[], RequestOutput]] = []
+        with self._lock:  # NOTE: one admission for the whole batch; all or nothing on bad input
+            try:
+                for p in batch:
+                    waiters.append(self._collect(
+                        lambda s, p=p: self.submit(p, params, subscriber=s, **kwargs)))
+            except Exception:
+                for w in waiters:
+                    self.abort(w.request_id)
+                raise
         outs = [w() for w in waiters]
         return outs[0] if single else outs
 
@@ -234,6 +242,7 @@ class Engine:
                 pass
             return RequestOutput.of(req, prefill_before)
 
+        wait.request_id = req.request_id  # type: ignore[attr-defined]
         return wait
 
     async def _adeltas(self, req: Request, q: asyncio.Queue) -> AsyncIterator[StreamDelta]:

@@ -51,3 +51,11 @@ def test_raising_hook_aborts_only_its_request(engine, chat):
         time.sleep(0.01)
     assert bad.finish_reason == "abort" and "tool crashed" in str(bad.stop_reason)
     assert good.finish_reason in ("stop", "length") and good.token_ids
+
+
+def test_bad_prompt_in_a_batch_submits_nothing(engine, chat):
+    free = engine.core.kv.num_free_blocks
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate([chat("Say hi."), ""], SamplingParams(max_tokens=4))
+    assert not engine.core.requests
+    assert engine.core.kv.num_free_blocks == free
