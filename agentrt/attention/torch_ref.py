@@ -40,7 +40,6 @@ class TorchRefBackend(AttentionBackend):
 
     def plan(self, meta: AttentionMetadata) -> None:
         self._slot_mapping = meta.slot_mapping
-        self._num_tokens = int(meta.qo_indptr[-1])
         qo = meta.qo_indptr.tolist()
         lens = meta.kv_lens().tolist()
         seq_slots = _sequence_slots(meta, lens)

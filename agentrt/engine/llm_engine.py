@@ -150,7 +150,6 @@ class LLMEngine:
             return None
         self.scheduler.remove(req)
         self._release(req, "abort")
-        self.stats.num_aborted += 1
         return req
 
     def release(self, request_id: str) -> None:
@@ -277,6 +276,7 @@ class LLMEngine:
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         self.stats.num_finished += 1
+        self.stats.num_aborted += reason == "abort"  # by abort() or by the request's hook
         self.requests.pop(req.request_id, None)
 
     def _get(self, request_id: str) -> Request:
