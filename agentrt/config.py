@@ -38,6 +38,18 @@ class EngineConfig:
     """Name in :data:`agentrt.attention.BACKENDS`."""
     num_threads: int | None = None
     """torch intra-op threads; None = leave torch's default."""
+    interception_handling: str = "least-waste"
+    """What happens to a paused request's KV: a name in :data:`agentrt.intercept.HANDLINGS`
+    (preserve, discard, swap, least-waste)."""
+    scheduling_policy: str = "fcfs"
+    """Order of admission: a name in :data:`agentrt.intercept.POLICIES` (fcfs, arrival, lamps)."""
+    starvation_threshold: int = 100
+    """lamps: steps a request may be passed over before it takes priority until it completes."""
+    score_refresh_interval: int = 1
+    """lamps: recompute scores every this many steps."""
+    profile_on_start: bool = True
+    """Time a few forward passes at start-up to fit T_fwd(tokens) for the interception
+    policies (refined online from every step)."""
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -50,3 +62,16 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"unknown dtype {self.dtype!r}")
+        self._check_policies()
+
+    def _check_policies(self) -> None:
+        from agentrt.intercept import HANDLINGS, POLICIES
+
+        if self.interception_handling not in HANDLINGS:
+            raise ValueError(f"unknown interception_handling {self.interception_handling!r}; "
+                             f"choose from {sorted(HANDLINGS)}")
+        if self.scheduling_policy not in POLICIES:
+            raise ValueError(f"unknown scheduling_policy {self.scheduling_policy!r}; "
+                             f"choose from {sorted(POLICIES)}")
+        if self.starvation_threshold <= 0 or self.score_refresh_interval <= 0:
+            raise ValueError("starvation_threshold and score_refresh_interval must be positive")

@@ -12,7 +12,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -20,12 +20,15 @@ from agentrt.attention import get_backend
 from agentrt.config import EngineConfig
 from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 from agentrt.core.kv_tensors import KVCacheTensors
-from agentrt.core.request import Request, RequestStatus
+from agentrt.core.request import Pause, Request, RequestStatus
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.model_runner import ModelRunner
 from agentrt.engine.sampler import sample
+from agentrt.intercept import CostModel, ForwardTimeFit, Strategy, get_policy
 from agentrt.kvcache.manager import KVCacheManager
 from agentrt.models import load_model
+from agentrt.scheduler.interceptions import InterceptionManager, InterceptionStats
+from agentrt.scheduler.jobs import SegmentPredictor
 from agentrt.scheduler.scheduler import Scheduler
 
 __all__ = ["EngineStats", "LLMEngine", "StepUpdate"]
@@ -45,6 +48,12 @@ class EngineStats:
     num_preemptions: int = 0
     num_finished: int = 0
     num_aborted: int = 0
+    num_recomputed_tokens: int = 0
+    """Tokens computed again after their KV was discarded or evicted during an interception."""
+    forward_seconds: float = 0.0
+    recompute_seconds: float = 0.0
+    """The share of ``forward_seconds`` spent on recomputed tokens (pro rata per step)."""
+    interceptions: InterceptionStats = field(default_factory=InterceptionStats)
 
 
 @dataclass(frozen=True)
@@ -64,9 +73,11 @@ class LLMEngine:
         self._init_model()
         self._init_kv()
         self.runner = ModelRunner(self.model, self.backend, config.block_size)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.requests: dict[str, Request] = {}
-        self.stats = EngineStats()
+        self._last_batch_tokens = 1
+        self._init_scheduling()
+        if config.profile_on_start:
+            self._profile()
 
     # --- construction ----------------------------------------------------------------------
     def _init_threads(self) -> None:
@@ -97,6 +108,65 @@ class LLMEngine:
         self.backend = get_backend(c.attention_backend)(self.kv_tensors, mc.num_heads, mc.head_dim)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)
+
+    def _init_scheduling(self) -> None:
+        c = self.config
+        self.fwd_fit = ForwardTimeFit()
+        self.cost = CostModel(self.kv_bytes_per_token, fwd_a=0.0, fwd_b=1e-3,
+                              swap_seconds_per_token=self._measure_swap(),
+                              saturation_tokens=c.max_num_batched_tokens)
+        self.interceptions = InterceptionManager(self.kv, c.interception_handling, self.cost)
+        self.predictor = SegmentPredictor(self.interceptions.estimator)
+        options = {}
+        if c.scheduling_policy == "lamps":
+            options = dict(starvation_threshold=c.starvation_threshold,
+                           refresh_interval=c.score_refresh_interval)
+        policy = get_policy(c.scheduling_policy, self.cost, **options)
+        self.scheduler = Scheduler(self.kv, c.max_num_seqs, c.max_num_batched_tokens, policy,
+                                   self.predictor)
+        self.scheduler.reclaim = self.interceptions.reclaim
+        self.scheduler.swap_in = self.interceptions.swap_in
+        self.stats = EngineStats(interceptions=self.interceptions.stats)
+
+    def _measure_swap(self) -> float:
+        """Seconds per token to copy KV to the host pool (inf without one)."""
+        if self.kv.host is None:
+            return float("inf")
+        n = min(4, self.kv.host.num_pages, self.kv_tensors.num_pages)
+        t0 = time.perf_counter()
+        self.kv_tensors.copy_pages(self.kv.host, list(range(n)), list(range(n)))
+        return (time.perf_counter() - t0) / (n * self.config.block_size)
+
+    def _profile(self) -> None:
+        """Fit T_fwd(tokens) on this machine: a warm-up request, then prefill chunks of two
+        sizes and a few decode steps. The engine keeps refining the fit from every step."""
+        vocab, limit = self.model_config.vocab_size, self.max_model_len - 8
+        sizes = [(min(32, limit), 2), (min(128, limit), 3), (min(48, limit), 1)]
+        for k, (n, out) in enumerate(sizes):
+            if k == 1:
+                self.fwd_fit.samples.clear()  # drop the warm-up's one-time costs
+            ids = [(i * 7919 + k * 104729) % vocab for i in range(max(n, 2))]
+            self.add_request(ids, SamplingParams(max_tokens=out, ignore_eos=True),
+                             request_id=f"agentrt-profile-{k}", namespace="agentrt/profile")
+            while self.has_unfinished():
+                self.step()
+        self.clear_prefix_cache()
+        self._refit_cost()
+        self.interceptions.stats = InterceptionStats()
+        self.stats = EngineStats(interceptions=self.interceptions.stats)
+
+    def _refit_cost(self) -> None:
+        a, b, c = self.fwd_fit.coefficients()
+        self.cost = replace(self.cost, fwd_a=a, fwd_b=b, fwd_c=c)
+        self.interceptions.cost = self.cost
+        if hasattr(self.scheduler.policy, "cost"):
+            self.scheduler.policy.cost = self.cost
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """M: bytes of K and V over all layers for one token."""
+        mc = self.model_config
+        return 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * self.dtype.itemsize
 
     # --- requests --------------------------------------------------------------------------
     def encode(self, prompt: str | list[int]) -> list[int]:
@@ -130,18 +200,42 @@ class LLMEngine:
                params: SamplingParams | None = None, *, keep_kv: bool | None = None) -> Request:
         """Continue a paused request: append tokens and generate again, reusing its KV."""
         req = self._get(request_id)
-        if req.status is not RequestStatus.PAUSED:
+        if req.status is not RequestStatus.INTERCEPTED:
             raise ValueError(f"request {request_id!r} is {req.status.value}, not paused")
         ids = self.encode(appended)
         if req.num_tokens + len(ids) >= self.max_model_len:
             raise ValueError(f"resuming {request_id!r} would exceed the context "
                              f"({req.num_tokens + len(ids)} >= {self.max_model_len} tokens)")
+        self.interceptions.resume(req)
         req.token_ids.extend(ids)
         req.params = params or req.params
         req.keep_kv = req.keep_kv if keep_kv is None else keep_kv
         self._start_segment(req)
         self.scheduler.add(req)
         return req
+
+    def set_interception(self, request_id: str, kind: str,
+                         expected_duration: float | None = None) -> None:
+        """Say what a paused request waits for (a tool kind, and its expected seconds if
+        known), so the handling policy can pick preserve, swap or discard for its KV."""
+        req = self._get(request_id)
+        if req.status is not RequestStatus.INTERCEPTED:
+            raise ValueError(f"request {request_id!r} is {req.status.value}, not intercepted")
+        self.interceptions.annotate(req, kind, expected_duration)
+
+    def move_kv(self, request_id: str, strategy: str) -> None:
+        """Force a paused request's KV to ``discard`` (prefix cache) or ``swap`` (host pool)
+        now, whatever the handling policy would do; ``preserve`` leaves it where it is."""
+        req = self._get(request_id)
+        it = req.interception
+        if req.status is not RequestStatus.INTERCEPTED or it is None:
+            raise ValueError(f"request {request_id!r} is {req.status.value}, not intercepted")
+        target = Strategy(strategy)
+        if target is Strategy.PRESERVE or it.strategy != "preserve":
+            return
+        if target is Strategy.SWAP and not self.kv.can_swap_out(req):
+            raise RuntimeError("no room in the host pool (set host_kv_cache_gb)")
+        self.interceptions.move(req, target)
 
     def abort(self, request_id: str) -> Request | None:
         """Stop a request wherever it is and free everything it holds."""
@@ -155,7 +249,7 @@ class LLMEngine:
     def release(self, request_id: str) -> None:
         """Free a paused request's KV (it will not be resumed)."""
         req = self._get(request_id)
-        if req.status is RequestStatus.PAUSED:
+        if req.status is RequestStatus.INTERCEPTED:
             self._release(req, req.finish_reason)
 
     def has_unfinished(self) -> bool:
@@ -164,22 +258,51 @@ class LLMEngine:
     # --- the loop --------------------------------------------------------------------------
     def step(self) -> list[StepUpdate]:
         """Run one scheduling step; return what happened to each request it touched."""
+        running_tokens = self.scheduler.num_running_tokens
+        self.interceptions.begin_step(self._last_batch_tokens, running_tokens,
+                                      self.scheduler.largest_swap_in)
         out = self.scheduler.schedule()
         self.stats.num_preemptions += len(out.preempted)
         self.stats.num_cached_tokens += out.num_cached_tokens
         if out.is_empty:
+            self.interceptions.end_step(running_tokens, 0, self._memory_pressure)
             return []
+        t0 = time.perf_counter()
         logits = self.runner.run(out)
-        sampled_reqs = []
+        sampled_reqs, recomputed = [], 0
         for chunk in out.chunks:
             req = chunk.request
-            self._count_computed(req, chunk.num_tokens)
+            recomputed += self._count_computed(req, chunk.num_tokens)
             if chunk.samples:
                 sampled_reqs.append(req)
             req.num_computed_tokens += chunk.num_tokens
         tokens = sample(logits, sampled_reqs) if sampled_reqs else []
+        self._record_step(out.num_tokens, time.perf_counter() - t0, recomputed)
+        updates = [self._append(req, tok) for req, tok in zip(sampled_reqs, tokens, strict=True)]
+        self.interceptions.end_step(self.scheduler.num_running_tokens, out.num_tokens,
+                                    self._memory_pressure)
+        return updates
+
+    @property
+    def _memory_pressure(self) -> bool:
+        """Someone could use paused requests' memory: requests wait, or < 10% is free."""
+        nearly_full = self.kv.num_free_blocks < self.kv.pool.num_blocks / 10
+        return bool(self.scheduler.waiting) or nearly_full
+
+    def _record_step(self, num_tokens: int, seconds: float, recomputed: int) -> None:
+        """Step counters, the online T_fwd fit, and the waste of recomputing: everyone's KV
+        idles while the step spends time on tokens it had computed once already."""
         self.stats.num_steps += 1
-        return [self._append(req, tok) for req, tok in zip(sampled_reqs, tokens, strict=True)]
+        self.stats.forward_seconds += seconds
+        self._last_batch_tokens = num_tokens
+        self.fwd_fit.add(num_tokens, seconds)
+        if self.stats.num_steps % 64 == 0:
+            self._refit_cost()
+        if recomputed:
+            stall = seconds * recomputed / num_tokens
+            self.stats.recompute_seconds += stall
+            held = self.scheduler.num_running_tokens
+            self.interceptions.add_waste(None, stall * held * self.cost.kv_bytes_per_token)
 
     def _append(self, req: Request, token: int) -> StepUpdate:
         if req.forced_token_ids:
@@ -203,14 +326,19 @@ class LLMEngine:
 
     @staticmethod
     def _call_hook(req: Request, token: int):
-        """The request's hook; one that raises aborts only its own request."""
+        """The request's hook; one that raises aborts only its own request. A hook answering
+        ``Pause(kind, expected_duration)`` pauses the request for a tool of that kind."""
         if req.hook is None:
             return None
         try:
-            return req.hook(req, [token])
+            action = req.hook(req, [token])
         except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the batch
             req.stop_reason = f"hook raised {type(exc).__name__}: {exc}"
             return "abort"
+        if isinstance(action, Pause):
+            req.pending_pause = action
+            return "pause"
+        return action
 
     def _finish_reason(self, req: Request, token: int, prev_len: int):
         p = req.params
@@ -229,7 +357,7 @@ class LLMEngine:
 
     def _stream_delta(self, req: Request) -> str:
         end = len(req.output_text)
-        if not req.status.is_finished and req.status is not RequestStatus.PAUSED:
+        if not req.status.is_finished and req.status is not RequestStatus.INTERCEPTED:
             end -= stop_holdback(req.output_text, req.params.stop)
         delta = req.output_text[req.num_emitted_chars : max(end, req.num_emitted_chars)]
         req.num_emitted_chars += len(delta)
@@ -255,22 +383,31 @@ class LLMEngine:
         req.detok = IncrementalDetokenizer(
             self.tokenizer, req.token_ids, skip_special_tokens=req.params.skip_special_tokens)
 
-    def _count_computed(self, req: Request, n: int) -> None:
+    def _count_computed(self, req: Request, n: int) -> int:
+        """Book ``n`` tokens computed for ``req``; returns how many of them are recomputed."""
         if n == 1 and req.last_is_sampled and req.num_pending_tokens == 1:
             req.stats.num_decode_tokens += 1
             self.stats.num_decode_tokens += 1
         else:
             req.stats.num_prefill_tokens += n
             self.stats.num_prefill_tokens += n
+        redo = max(0, min(n, req.recompute_until - req.num_computed_tokens))
+        req.stats.num_recomputed_tokens += redo
+        self.stats.num_recomputed_tokens += redo
+        self.interceptions.stats.num_recomputed_tokens += redo
+        return redo
 
     def _finish(self, req: Request, reason) -> None:
         req.finish_reason = reason
+        self.predictor.observe_segment(req.num_segment_outputs)
         if req.keep_kv and reason != "abort":
-            req.status = RequestStatus.PAUSED
+            self.interceptions.intercept(req)
             return
         self._release(req, reason)
 
     def _release(self, req: Request, reason) -> None:
+        self.interceptions.forget(req)
+        self.scheduler.policy.forget(req.request_id)
         self.kv.free(req, cache=True)
         self.kv.discard_swapped(req)
         req.status = RequestStatus.FINISHED

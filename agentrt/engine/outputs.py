@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
-from agentrt.core.request import FinishReason, Request
+from agentrt.core.request import FinishReason, Request, RequestStats
 
 __all__ = ["RequestOutput", "StreamDelta"]
 
@@ -40,6 +41,8 @@ class RequestOutput:
     """Tokens computed in prefill chunks in this segment (prompt / appended / recompute)."""
     is_paused: bool = False
     """True when the KV was kept (``keep_kv``): the request can be resumed."""
+    stats: RequestStats = field(default_factory=RequestStats)
+    """A snapshot of the request's counters over its whole life (interceptions included)."""
 
     @classmethod
     def of(cls, req: Request, prefill_before: int = 0) -> RequestOutput:
@@ -53,5 +56,6 @@ class RequestOutput:
             logprobs=list(req.logprobs),
             num_cached_tokens=req.stats.num_cached_tokens,
             num_prefill_tokens=req.stats.num_prefill_tokens - prefill_before,
-            is_paused=req.status.name == "PAUSED",
+            is_paused=req.status.name == "INTERCEPTED",
+            stats=copy.deepcopy(req.stats),
         )

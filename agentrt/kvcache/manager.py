@@ -97,6 +97,8 @@ class KVCacheManager:
         """Copy ``req``'s blocks to the host pool and release them on the device."""
         if self.host_pool is None:
             raise RuntimeError("no host pool configured")
+        if self.is_swapped(req):
+            raise RuntimeError(f"request {req.request_id!r} is already swapped out")
         host_blocks = self.host_pool.allocate(len(req.block_table))
         self.device.copy_pages(self.host, req.block_table, host_blocks)
         self._swapped[req.request_id] = host_blocks
@@ -116,6 +118,9 @@ class KVCacheManager:
         self.host.copy_pages(self.device, host_blocks, req.block_table)
         self.host_pool.decref(self._swapped.pop(req.request_id))
         return True
+
+    def num_swapped_blocks(self, req: Request) -> int:
+        return len(self._swapped.get(req.request_id, ()))
 
     def is_swapped(self, req: Request) -> bool:
         return req.request_id in self._swapped

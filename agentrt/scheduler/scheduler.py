@@ -2,37 +2,55 @@
 
 Every step, running requests are served first, in admission order: each gets all its pending
 tokens (one, for a decoding request) up to the remaining token budget, so prefill chunks and
-decodes share one forward pass. When blocks run out, the most recently admitted running
-request is preempted by recompute: its computed pages go to the prefix cache and it rejoins
-the front of the waiting queue. Waiting requests are then admitted in queue order while the
-budget, ``max_num_seqs`` and free blocks allow.
+decodes share one forward pass. When blocks run out, paused requests' KV is reclaimed first
+(discarded to the prefix cache, unless the handling policy pins it); then the most recently
+admitted running request is preempted by recompute: its computed pages go to the prefix
+cache and it rejoins the waiting queue. Waiting requests are then admitted in the order the
+scheduling policy gives (fcfs, arrival or lamps) while the budget, ``max_num_seqs`` and free
+blocks allow; a swapped-out request is swapped in first, within the step's swap budget.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import time
+from collections.abc import Callable
 
 from agentrt.core.request import Request, RequestStatus
+from agentrt.intercept import SchedulingPolicy
 from agentrt.kvcache.manager import KVCacheManager
+from agentrt.scheduler.jobs import JobView, SegmentPredictor
 from agentrt.scheduler.output import ScheduledChunk, SchedulerOutput
 
 __all__ = ["Scheduler"]
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 policy: SchedulingPolicy,
+                 predictor: SegmentPredictor) -> None:
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.waiting: deque[Request] = deque()
+        self.policy = policy
+        self.predictor = predictor
+        self.waiting: list[Request] = []
         self.running: list[Request] = []
+        self.reclaim: Callable[[int], bool] = lambda num_blocks: False
+        """Frees ``num_blocks`` of paused requests' KV if it can (set by the engine)."""
+        self.swap_in: Callable[[Request], bool] = lambda req: False
+        """Brings a swapped request's KV back within the swap budget (set by the engine)."""
 
     def add(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
+        req.enqueue_time = time.monotonic()
         self.waiting.append(req)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
+
+    @property
+    def num_running_tokens(self) -> int:
+        return sum(r.num_computed_tokens for r in self.running)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -44,7 +62,7 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
-            while not self.kv.allocate(req, n):
+            while not self._allocate(req, n):
                 victim = self.running[-1]
                 self._preempt(victim, out)
                 if victim is req:
@@ -53,28 +71,50 @@ class Scheduler:
                 out.chunks.append(ScheduledChunk(req, n))
                 budget -= n
                 i += 1
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
+        self._admit(out, budget)
+        return out
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        """Admit waiting requests in policy order until budget, seats or memory run out."""
+        admitted: list[JobView] = []
+        jobs = self._ordered_jobs()
+        for job in jobs:
+            req = job.request
+            if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                break
+            if self.kv.is_swapped(req) and not self.swap_in(req):
+                continue  # its swap-in waits for budget; others may still fit
             if not req.block_table:
                 hit = self.kv.match_prefix(req)
                 req.stats.num_cached_tokens += hit
                 out.num_cached_tokens += hit
             n = min(req.num_pending_tokens, budget)
-            if not self.kv.allocate(req, n):
+            if not self._allocate(req, n):
                 break
-            self.waiting.popleft()
+            self.waiting.remove(req)
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             out.chunks.append(ScheduledChunk(req, n))
             budget -= n
-        return out
+            admitted.append(job)
+        passed = [j for j in jobs if j.request in self.waiting]
+        self.policy.on_step(admitted, passed)
+
+    def _ordered_jobs(self) -> list[JobView]:
+        views = [self.predictor.view(r) for r in self.waiting]
+        return self.policy.order(views, self.num_running_tokens)
+
+    def _allocate(self, req: Request, n: int) -> bool:
+        if self.kv.allocate(req, n):
+            return True
+        return self.reclaim(self.kv.blocks_needed(req, n)) and self.kv.allocate(req, n)
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
         self.kv.reset(req)
         req.stats.num_preemptions += 1
         req.status = RequestStatus.WAITING
-        self.waiting.appendleft(req)
+        self.waiting.insert(0, req)  # NOTE: keeps its enqueue time, so fcfs puts it first
         out.preempted.append(req)
 
     def remove(self, req: Request) -> None:
@@ -83,3 +123,9 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+
+    @property
+    def largest_swap_in(self) -> int:
+        """Tokens of the largest swapped-out request waiting to come back."""
+        blocks = max((self.kv.num_swapped_blocks(r) for r in self.waiting), default=0)
+        return blocks * self.kv.block_size
