@@ -5,6 +5,7 @@ answered with :class:`RequestOutput` (whole) or :class:`StreamDelta` (streamed).
 """
 
 from agentrt.config import EngineConfig
+from agentrt.core.request import Pause
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine import Engine, LLMEngine, RequestOutput, StreamDelta
 from agentrt.models import DEFAULT_MODEL, ModelNotFoundError, UnsupportedModelError
@@ -17,6 +18,7 @@ __all__ = [
     "EngineConfig",
     "LLMEngine",
     "ModelNotFoundError",
+    "Pause",
     "RequestOutput",
     "SamplingParams",
     "StreamDelta",

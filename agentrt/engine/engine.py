@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from agentrt.config import EngineConfig
-from agentrt.core.request import Request
+from agentrt.core.request import Pause, Request
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.llm_engine import LLMEngine, StepUpdate
 from agentrt.engine.outputs import RequestOutput, StreamDelta
@@ -123,25 +123,32 @@ class Engine:
 
     # --- continuation ------------------------------------------------------------------------
     def resume(self, request_id: str, appended: Prompt, params: SamplingParams | None = None,
-               *, keep_kv: bool | None = None) -> RequestOutput:
+               **kwargs: Any) -> RequestOutput:
         """Continue a paused request (``keep_kv=True``) with appended text or token ids.
 
         Only the appended tokens (and the last generated token, whose KV no step has
-        computed yet) are prefilled; the rest of the context's KV is reused.
+        computed yet) are prefilled; the rest of the context's KV is reused — or, if the
+        interception policy moved it meanwhile, swapped back in or recomputed from what the
+        prefix cache kept. ``kwargs``: ``keep_kv``, ``forced_token_ids``, ``pause``.
         """
         return self._collect(lambda s: self._submit_resume(request_id, appended, params,
-                                                           keep_kv, s))()
+                                                           s, kwargs))()
 
     async def aresume(self, request_id: str, appended: Prompt,
-                      params: SamplingParams | None = None, *, keep_kv: bool | None = None
-                      ) -> RequestOutput:
+                      params: SamplingParams | None = None, **kwargs: Any) -> RequestOutput:
         """Async twin of :meth:`resume`."""
         q, sub = _async_queue()
-        req = self._submit_resume(request_id, appended, params, keep_kv, sub)
+        req = self._submit_resume(request_id, appended, params, sub, kwargs)
         before = req.stats.num_prefill_tokens
         async for _ in self._adeltas(req, q):
             pass
         return RequestOutput.of(req, before)
+
+    def set_interception(self, request_id: str, kind: str,
+                         expected_duration: float | None = None) -> None:
+        """Say what a paused request waits for (see :meth:`LLMEngine.set_interception`)."""
+        with self._lock:
+            self.core.set_interception(request_id, kind, expected_duration)
 
     def release(self, request_id: str) -> None:
         """Free the KV of a paused request."""
@@ -160,25 +167,27 @@ class Engine:
     def submit(self, prompt: Prompt, params: SamplingParams | None = None, *,
                subscriber: Callable[[StepUpdate | BaseException], None] | None = None,
                request_id: str | None = None, namespace: str = "", hook=None,
-               keep_kv: bool = False, forced_token_ids: Sequence[int] = ()) -> Request:
+               keep_kv: bool = False, forced_token_ids: Sequence[int] = (),
+               pause: Pause | None = None) -> Request:
         """Queue a request; ``subscriber`` is called from the driver thread with every update.
 
-        See :meth:`LLMEngine.add_request` for ``hook``, ``keep_kv`` and ``forced_token_ids``.
+        See :meth:`LLMEngine.add_request` for ``hook``, ``keep_kv``, ``forced_token_ids`` and
+        ``pause``.
         """
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, request_id=request_id,
                                         namespace=namespace, hook=hook, keep_kv=keep_kv,
-                                        forced_token_ids=forced_token_ids)
+                                        forced_token_ids=forced_token_ids, pause=pause)
             if subscriber is not None:
                 self._subscribers[req.request_id] = subscriber
             self._wake.notify()
         return req
 
-    def _submit_resume(self, request_id, appended, params, keep_kv, subscriber) -> Request:
+    def _submit_resume(self, request_id, appended, params, subscriber, kwargs) -> Request:
         with self._lock:
             self._check_open()
-            req = self.core.resume(request_id, appended, params, keep_kv=keep_kv)
+            req = self.core.resume(request_id, appended, params, **kwargs)
             self._subscribers[req.request_id] = subscriber
             self._wake.notify()
         return req

@@ -177,11 +177,14 @@ class LLMEngine:
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
                     request_id: str | None = None, namespace: str = "", hook=None,
-                    keep_kv: bool = False, forced_token_ids: Sequence[int] = ()) -> Request:
+                    keep_kv: bool = False, forced_token_ids: Sequence[int] = (),
+                    pause: Pause | None = None) -> Request:
         """Validate and queue a request; raises ``ValueError`` on bad input.
 
         ``forced_token_ids`` replace the sampled token at each step, in order (the forward
-        pass still runs per token); sampling resumes when they run out.
+        pass still runs per token); sampling resumes when they run out. ``pause`` says what
+        the request will wait for when this segment ends (a tool kind and, if known, its
+        expected seconds); it implies ``keep_kv``.
         """
         params = params or SamplingParams()
         ids = self.encode(prompt)
@@ -189,7 +192,8 @@ class LLMEngine:
         rid = request_id or f"req-{next(_counter)}"
         if rid in self.requests:
             raise ValueError(f"request id {rid!r} is already in use")
-        req = Request(rid, ids, params, namespace=namespace, hook=hook, keep_kv=keep_kv,
+        req = Request(rid, ids, params, namespace=namespace, hook=hook,
+                      keep_kv=keep_kv or pause is not None, pending_pause=pause,
                       forced_token_ids=deque(self.encode(list(forced_token_ids))))
         self._start_segment(req)
         self.requests[rid] = req
@@ -197,8 +201,12 @@ class LLMEngine:
         return req
 
     def resume(self, request_id: str, appended: str | list[int],
-               params: SamplingParams | None = None, *, keep_kv: bool | None = None) -> Request:
-        """Continue a paused request: append tokens and generate again, reusing its KV."""
+               params: SamplingParams | None = None, *, keep_kv: bool | None = None,
+               forced_token_ids: Sequence[int] = (), pause: Pause | None = None) -> Request:
+        """Continue a paused request: append tokens and generate again, reusing its KV.
+
+        ``forced_token_ids`` and ``pause`` apply to the new segment as in :meth:`add_request`.
+        """
         req = self._get(request_id)
         if req.status is not RequestStatus.INTERCEPTED:
             raise ValueError(f"request {request_id!r} is {req.status.value}, not paused")
@@ -210,6 +218,9 @@ class LLMEngine:
         req.token_ids.extend(ids)
         req.params = params or req.params
         req.keep_kv = req.keep_kv if keep_kv is None else keep_kv
+        req.keep_kv = req.keep_kv or pause is not None
+        req.pending_pause = pause
+        req.forced_token_ids = deque(self.encode(list(forced_token_ids)))
         self._start_segment(req)
         self.scheduler.add(req)
         return req

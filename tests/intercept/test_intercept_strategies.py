@@ -96,3 +96,23 @@ def test_swap(chat):
         pages = -(-computed_at_pause(first) // page)
         assert cont.stats.num_swapped_tokens == 2 * pages * page  # out and in, whole pages
         assert eng.core.kv.host_pool.num_free == eng.core.kv.host_pool.num_blocks
+
+
+def test_pause_kind_and_expected_duration_reach_the_policy(preserve_only, chat):
+    """A segment declared as waiting for a tool carries its kind; on resume the observed
+    duration feeds that kind's estimate, and the interception shows in the stats."""
+    from agentrt import Pause
+
+    eng = preserve_only
+    first = eng.generate(chat("Name a river."), SamplingParams(max_tokens=4),
+                         pause=Pause("calculator", 0.001))
+    assert first.is_paused
+    req = eng.core.requests[first.request_id]
+    assert (req.interception.kind, req.interception.expected_duration) == ("calculator", 0.001)
+    eng.set_interception(first.request_id, "search", 0.5)
+    assert req.interception.kind == "search"
+    estimator = eng.core.interceptions.estimator
+    seen = estimator.num_observed("search")
+    cont = eng.resume(first.request_id, " and", SamplingParams(max_tokens=2), keep_kv=False)
+    assert estimator.num_observed("search") == seen + 1
+    assert cont.stats.num_interceptions == 1 and cont.stats.intercepted_seconds > 0
