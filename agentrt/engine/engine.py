@@ -104,14 +104,7 @@ class Engine:
         """
         q: queue.Queue = queue.Queue()
         req = self.submit(prompt, params, subscriber=q.put, **kwargs)
-        finished = False
-        try:
-            for delta in self._iterate(req, q.get):
-                finished = delta.finished
-                yield delta
-        finally:
-            if not finished:
-                self.abort(req.request_id)
+        yield from self._stream_queue(req, q)
 
     async def astream(self, prompt: Prompt, params: SamplingParams | None = None,
                       **kwargs: Any) -> AsyncIterator[StreamDelta]:
@@ -122,6 +115,23 @@ class Engine:
             yield delta
 
     # --- continuation ------------------------------------------------------------------------
+    def resume_stream(self, request_id: str, appended: Prompt,
+                      params: SamplingParams | None = None, **kwargs: Any
+                      ) -> Iterator[StreamDelta]:
+        """:meth:`resume`, streamed like :meth:`stream` (closing early aborts the request)."""
+        q: queue.Queue = queue.Queue()
+        req = self._submit_resume(request_id, appended, params, q.put, kwargs)
+        yield from self._stream_queue(req, q)
+
+    async def aresume_stream(self, request_id: str, appended: Prompt,
+                             params: SamplingParams | None = None, **kwargs: Any
+                             ) -> AsyncIterator[StreamDelta]:
+        """Async twin of :meth:`resume_stream`."""
+        q, sub = _async_queue()
+        req = self._submit_resume(request_id, appended, params, sub, kwargs)
+        async for delta in self._adeltas(req, q):
+            yield delta
+
     def resume(self, request_id: str, appended: Prompt, params: SamplingParams | None = None,
                **kwargs: Any) -> RequestOutput:
         """Continue a paused request (``keep_kv=True``) with appended text or token ids.
@@ -129,7 +139,8 @@ class Engine:
         Only the appended tokens (and the last generated token, whose KV no step has
         computed yet) are prefilled; the rest of the context's KV is reused — or, if the
         interception policy moved it meanwhile, swapped back in or recomputed from what the
-        prefix cache kept. ``kwargs``: ``keep_kv``, ``forced_token_ids``, ``pause``.
+        prefix cache kept. ``kwargs``: ``keep_kv``, ``forced_token_ids``, ``pause``,
+        ``truncate_to`` (see :meth:`LLMEngine.resume`).
         """
         return self._collect(lambda s: self._submit_resume(request_id, appended, params,
                                                            s, kwargs))()
@@ -259,6 +270,16 @@ class Engine:
         try:
             while not finished:
                 delta = self._delta(req, await q.get())
+                finished = delta.finished
+                yield delta
+        finally:
+            if not finished:
+                self.abort(req.request_id)
+
+    def _stream_queue(self, req: Request, q: queue.Queue) -> Iterator[StreamDelta]:
+        finished = False
+        try:
+            for delta in self._iterate(req, q.get):
                 finished = delta.finished
                 yield delta
         finally:

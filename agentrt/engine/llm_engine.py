@@ -202,18 +202,26 @@ class LLMEngine:
 
     def resume(self, request_id: str, appended: str | list[int],
                params: SamplingParams | None = None, *, keep_kv: bool | None = None,
-               forced_token_ids: Sequence[int] = (), pause: Pause | None = None) -> Request:
+               forced_token_ids: Sequence[int] = (), pause: Pause | None = None,
+               truncate_to: int | None = None) -> Request:
         """Continue a paused request: append tokens and generate again, reusing its KV.
 
+        ``truncate_to`` first rolls the context back to its first n tokens (a seam whose
+        re-tokenization differs: only the tokens after n are computed again).
         ``forced_token_ids`` and ``pause`` apply to the new segment as in :meth:`add_request`.
         """
         req = self._get(request_id)
         if req.status is not RequestStatus.INTERCEPTED:
             raise ValueError(f"request {request_id!r} is {req.status.value}, not paused")
         ids = self.encode(appended)
-        if req.num_tokens + len(ids) >= self.max_model_len:
+        kept = req.num_tokens if truncate_to is None else truncate_to
+        if not 0 < kept <= req.num_tokens:
+            raise ValueError(f"truncate_to must be in [1, {req.num_tokens}], got {truncate_to}")
+        if kept + len(ids) >= self.max_model_len:
             raise ValueError(f"resuming {request_id!r} would exceed the context "
-                             f"({req.num_tokens + len(ids)} >= {self.max_model_len} tokens)")
+                             f"({kept + len(ids)} >= {self.max_model_len} tokens)")
+        # NOTE: at least one token is computed again, so that the next step samples
+        self._truncate(req, kept, max_computed=kept + len(ids) - 1)
         self.interceptions.resume(req)
         req.token_ids.extend(ids)
         req.params = params or req.params
@@ -393,6 +401,27 @@ class LLMEngine:
         req.output_text, req.num_emitted_chars, req.logprobs = "", 0, []
         req.detok = IncrementalDetokenizer(
             self.tokenizer, req.token_ids, skip_special_tokens=req.params.skip_special_tokens)
+
+    def _truncate(self, req: Request, n: int, max_computed: int) -> None:
+        """Keep the first ``n`` tokens and at most ``max_computed`` tokens of KV. A page
+        shared with the prefix cache is never written again, so the kept KV stops at a page
+        boundary when the page holding the first token to compute is shared."""
+        bs = self.config.block_size
+        keep = min(req.num_computed_tokens, n, max_computed)
+        if keep == req.num_computed_tokens and n == req.num_tokens:
+            return  # the plain resume: nothing to roll back
+        page = keep // bs
+        if keep % bs and page < len(req.block_table) and \
+                self.kv.pool.ref_count(req.block_table[page]) > 1:
+            keep = page * bs
+        num_pages = -(-keep // bs)
+        if len(req.block_table) > num_pages:
+            self.kv.pool.decref(req.block_table[num_pages:])
+            del req.block_table[num_pages:]
+        del req.token_ids[n:]
+        req.num_computed_tokens = keep
+        req.recompute_until = min(req.recompute_until, n)
+        req.last_is_sampled = False
 
     def _count_computed(self, req: Request, n: int) -> int:
         """Book ``n`` tokens computed for ``req``; returns how many of them are recomputed."""
