@@ -12,6 +12,19 @@ from agentrt.models import DEFAULT_MODEL, ModelNotFoundError, UnsupportedModelEr
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """``agentrt.Executor``: the LangChain ``AgentExecutor`` drop-in, imported on first use
+    so that ``import agentrt`` never needs LangChain."""
+    if name == "Executor":
+        try:
+            from langchain_agentrt.executor import Executor
+        except ImportError as exc:
+            raise ImportError("agentrt.Executor needs LangChain: "
+                              "pip install 'agentrt[langchain]'") from exc
+        return Executor
+    raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
+
 __all__ = [
     "DEFAULT_MODEL",
     "Engine",

@@ -163,13 +163,18 @@ class Session:
 class SessionScope:
     """The sessions of one agent run. A call continues the idle session on its engine whose
     context its prompt extends — sharing at least that session's last prompt, up to
-    ``seam_slack`` tokens re-tokenized at its end — preferring the longest shared prefix;
+    ``seam_slack`` tokens at its end (the chat template's closing turn markers, e.g. when
+    a ReAct scratchpad inside the user turn grows) — preferring the longest shared prefix;
     otherwise it opens a new session (an unrelated call never wipes an agent's context)."""
 
-    def __init__(self, min_shared_tokens: int = 1, seam_slack: int = 4) -> None:
+    def __init__(self, min_shared_tokens: int = 1, seam_slack: int = 8) -> None:
         self.min_shared_tokens = min_shared_tokens
         self.seam_slack = seam_slack
         self.sessions: list[Session] = []
+        self.last: Session | None = None
+        self.grammar: str | None = None
+        """A GBNF grammar the run's model calls follow unless a call binds its own tools or
+        format (set by an executor that knows the agent's output format, e.g. ReAct)."""
         self._lock = threading.Lock()
 
     def session_for(self, engine: Engine, prompt_ids: list[int]) -> Session:
@@ -185,7 +190,17 @@ class SessionScope:
                 best = Session(engine)
                 self.sessions.append(best)
             best.busy = True  # NOTE: reserved until its call ends
+            self.last = best
             return best
+
+    def annotate_last(self, kind: str, expected_duration: float | None = None) -> None:
+        """Tell the engine what the most recently used session now waits for (a tool)."""
+        s = self.last
+        if s is not None and s.request_id is not None and not s.busy:
+            try:
+                s.engine.set_interception(s.request_id, kind, expected_duration)
+            except (KeyError, ValueError):
+                pass  # the request is not paused (finished or aborted): nothing to tell
 
     @property
     def stats(self) -> SessionStats:

@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["SamplingParams"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["LogitsProcessor", "SamplingParams"]
+
+
+class LogitsProcessor(Protocol):
+    """Masks or reshapes one request's next-token logits (e.g. grammar-constrained decoding).
+
+    The sampler calls it once per sampled token, before greedy or random choice, with the
+    tokens generated so far in the current segment and that request's logits row (vocab,).
+    It may modify the row in place and returns the row to sample from. It is stateful per
+    request: one object per request, never shared between requests.
+    """
+
+    def __call__(self, output_token_ids: list[int], logits_row: torch.Tensor) -> torch.Tensor: ...
+
 
 
 @dataclass(frozen=True)
@@ -36,6 +53,8 @@ class SamplingParams:
     """Return the sampled token's log-probability and this many top alternatives."""
     skip_special_tokens: bool = True
     """Leave special tokens (e.g. ``<|im_end|>``) out of the returned text."""
+    logits_processor: LogitsProcessor | None = field(default=None, compare=False, hash=False)
+    """Called on this request's logits row before sampling (see :class:`LogitsProcessor`)."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     """Free-form options for layers above the engine (ignored by the engine)."""
 

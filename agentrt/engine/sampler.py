@@ -1,4 +1,8 @@
-"""Sampler: greedy, temperature, top-k, top-p with per-request seeded generators; logprobs."""
+"""Sampler: greedy, temperature, top-k, top-p with per-request seeded generators; logprobs.
+
+A request's ``logits_processor`` (grammar-constrained decoding) reshapes its row first, so
+greedy, sampling and logprobs all see the processed distribution.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
 
     Fills ``request.logprobs`` when the request asked for them.
     """
+    _process(logits, requests)
     tokens = logits.argmax(dim=-1).tolist()
     for i, req in enumerate(requests):
         if not req.params.is_greedy:
@@ -21,6 +26,15 @@ def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
         if req.params.logprobs is not None:
             req.logprobs.append(_logprobs(logits[i], tokens[i], req.params.logprobs))
     return tokens
+
+
+def _process(logits: torch.Tensor, requests: list[Request]) -> None:
+    """Apply each request's logits processor to its row, in place."""
+    with torch.inference_mode():  # NOTE: the logits are inference tensors (no in-place outside)
+        for i, req in enumerate(requests):
+            processor = req.params.logits_processor
+            if processor is not None:
+                logits[i] = processor(req.output_token_ids, logits[i])
 
 
 def _sample_row(row: torch.Tensor, req: Request) -> int:

@@ -1,0 +1,98 @@
+"""Grammar-constrained decoding with xgrammar: compile once per grammar, mask every step.
+
+:class:`XGrammarBackend` holds xgrammar's tokenizer info and compiler for one engine's
+tokenizer (compiled grammars are cached by xgrammar). Each request gets its own
+:class:`GrammarLogitsProcessor`: a :class:`~agentrt.core.sampling_params.LogitsProcessor`
+that advances a ``GrammarMatcher`` over the tokens it has not seen yet and masks the row
+to the tokens the grammar allows next. The mask depends only on the tokens of the current
+segment: a history that diverges from what the matcher saw (a reused processor, a rollback)
+is replayed from the start, so the processor never masks against the wrong state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import xgrammar as xgr
+
+__all__ = ["GrammarLogitsProcessor", "XGrammarBackend"]
+
+
+class GrammarLogitsProcessor:
+    """Masks one request's logits to what its grammar allows next (one object per request)."""
+
+    def __init__(self, compiled: xgr.CompiledGrammar, vocab_size: int,
+                 stop_token_ids: Iterable[int]) -> None:
+        self.matcher = xgr.GrammarMatcher(compiled)
+        self.bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self.stop_token_ids = sorted(stop_token_ids)
+        self.error: str | None = None
+        """Why the output left the grammar (a forced token it rejects); then only EOS is left."""
+        self._accepted: list[int] = []
+
+    @property
+    def is_terminated(self) -> bool:
+        """The grammar is complete and its stop token was accepted."""
+        return self.matcher.is_terminated()
+
+    def __call__(self, output_token_ids: list[int], logits_row: torch.Tensor) -> torch.Tensor:
+        self._advance(output_token_ids)
+        if self.error is not None or self.matcher.is_terminated():
+            return self._only_stop(logits_row)
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        xgr.apply_token_bitmask_inplace(logits_row, self.bitmask.to(logits_row.device))
+        return logits_row
+
+    def _advance(self, token_ids: list[int]) -> None:
+        n = len(self._accepted)
+        if token_ids[:n] != self._accepted:  # NOTE: not the history we matched: replay it
+            self.matcher.reset()
+            self._accepted, self.error, n = [], None, 0
+        for token in token_ids[n:]:
+            if self.error is None and not self.matcher.accept_token(token):
+                self.error = f"token {token} at output position {len(self._accepted)} " \
+                             "is not allowed by the grammar"
+            self._accepted.append(token)
+
+    def _only_stop(self, row: torch.Tensor) -> torch.Tensor:
+        keep = row[self.stop_token_ids].clone()
+        row.fill_(float("-inf"))
+        row[self.stop_token_ids] = keep
+        return row
+
+
+class XGrammarBackend:
+    """xgrammar for one tokenizer: compiles grammars and makes per-request processors."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: Iterable[int],
+                 *, max_threads: int = 2) -> None:
+        self.vocab_size = vocab_size
+        self.stop_token_ids = sorted(stop_token_ids)
+        self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_token_ids)
+        self.compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=max_threads)
+
+    def processor(self, compiled: xgr.CompiledGrammar) -> GrammarLogitsProcessor:
+        """A fresh processor (own matcher) for one request."""
+        return GrammarLogitsProcessor(compiled, self.vocab_size, self.stop_token_ids)
+
+    def structural_tag(self, tag: dict[str, Any]) -> GrammarLogitsProcessor:
+        """A processor for an xgrammar structural tag (``{"type": "structural_tag", ...}``)."""
+        return self.processor(self.compiler.compile_structural_tag(json.dumps(tag)))
+
+    def json_schema(self, schema: dict[str, Any]) -> GrammarLogitsProcessor:
+        """JSON matching ``schema``, written as ``json.dumps`` would (one line, ``", "``)."""
+        compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+        return self.processor(compiled)
+
+    def json_object(self) -> GrammarLogitsProcessor:
+        """Any JSON value (JSON mode)."""
+        return self.processor(self.compiler.compile_builtin_json_grammar())
+
+    def ebnf(self, grammar: str, *, root_rule_name: str = "root") -> GrammarLogitsProcessor:
+        """A processor for a GBNF/EBNF grammar (llama.cpp syntax)."""
+        compiled = self.compiler.compile_grammar(grammar, root_rule_name=root_rule_name)
+        return self.processor(compiled)

@@ -1,0 +1,193 @@
+"""ChatAgentRT: a LangChain chat model that runs on agentrt's in-process engine.
+
+Messages are rendered with the model's own chat template (:mod:`.messages`), tokenized once
+and submitted as token ids, so ``usage_metadata`` counts exactly the engine request's prompt
+and output tokens. Tool calls are written in the ``<tool_call>`` JSON form and, when tools are
+bound, decoding is grammar-constrained (:mod:`.grammar`, xgrammar) so that every call names
+a bound tool with arguments matching its schema. ``invoke`` and ``stream`` share one output
+parser (:mod:`.tool_calls`): a streamed message adds up to the invoked one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.base import LangSmithParams
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field
+
+from agentrt import env
+from langchain_agentrt.generation import Call, Progress, arun_deltas, prepare_call, run_deltas
+from langchain_agentrt.grammar import normalize_tool_choice
+from langchain_agentrt.structured import structured_output
+
+__all__ = ["ChatAgentRT"]
+
+
+class ChatAgentRT(BaseChatModel):
+    """Chat model on a local agentrt engine (default: the embedded SmolLM2-135M-Instruct).
+
+    >>> llm = ChatAgentRT(max_tokens=64)               # shares one engine per process
+    >>> llm.invoke("What is the capital of France?").content
+    >>> llm.bind_tools([get_weather], tool_choice="any").invoke("Weather in Paris?").tool_calls
+
+    Pass ``engine=`` to use an engine you built; otherwise all instances with the same
+    ``model`` and ``engine_kwargs`` share one, loaded on the first call.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, arbitrary_types_allowed=True,
+                              protected_namespaces=())
+
+    model_name: str | None = Field(default_factory=env.default_model, alias="model")
+    """Local Hugging Face folder or ``.gguf`` file; default ``$AGENTRT_MODEL``, else (None)
+    agentrt's embedded default model."""
+    engine: Any = Field(default=None, exclude=True)
+    """An :class:`agentrt.Engine` to run on; None = the shared engine of ``model``."""
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """``EngineConfig`` options for the shared engine (``dtype``, ``kv_cache_gb``, ...)."""
+    temperature: float = 0.0
+    """0 = greedy (deterministic)."""
+    max_tokens: int | None = None
+    """Most tokens to generate per call; None = the engine's default (256)."""
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    """Seed of the sampling generator (used when ``temperature > 0``)."""
+    stop: list[str] | None = Field(default=None, alias="stop_sequences")
+    """Strings that end generation (not included in the output)."""
+    timeout: float | None = None
+    """Seconds one call may take; the request is then aborted and ``TimeoutError`` raised."""
+    max_retries: int = 0
+    """Accepted for LangChain's standard parameters; a local engine has nothing to retry."""
+    streaming: bool = False
+    """Stream by default (``invoke`` goes through ``_stream``)."""
+    constrained: bool = True
+    """Grammar-constrain tool calls and structured output (needs ``xgrammar``)."""
+
+    # --- LangChain metadata --------------------------------------------------------------------
+    # NOTE: not lc-serializable: langchain_core.load only loads classes in its own mapping.
+    @property
+    def _llm_type(self) -> str:
+        return "agentrt"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.resolved_model_name, "temperature": self.temperature,
+                "max_tokens": self.max_tokens, "top_p": self.top_p, "top_k": self.top_k,
+                "seed": self.seed, "constrained": self.constrained}
+
+    @property
+    def resolved_model_name(self) -> str:
+        """The model's name as reported in ``response_metadata["model_name"]``."""
+        from agentrt import DEFAULT_MODEL
+
+        if self.engine is not None:
+            return self.engine.config.model or DEFAULT_MODEL
+        return self.model_name or DEFAULT_MODEL
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = LangSmithParams(ls_provider="agentrt", ls_model_type="chat",
+                                 ls_model_name=kwargs.get("model") or self.resolved_model_name,
+                                 ls_temperature=kwargs.get("temperature", self.temperature))
+        max_tokens = kwargs.get("max_tokens", self.max_tokens)
+        if max_tokens is not None:
+            params["ls_max_tokens"] = max_tokens
+        if stop or self.stop:
+            params["ls_stop"] = stop or self.stop
+        return params
+
+    # --- tools and structured output -----------------------------------------------------------
+    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable | BaseTool], *,
+                   tool_choice: str | dict | bool | None = None,
+                   parallel_tool_calls: bool | None = None, strict: bool | None = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools (anything ``convert_to_openai_tool`` accepts).
+
+        ``tool_choice``: ``"auto"`` (default), ``"any"`` / ``"required"`` (must call a tool),
+        a tool's name (must call that tool), or ``"none"``. With ``constrained=True`` these
+        are enforced by the grammar, and so are the argument schemas (``strict`` is always
+        on). ``parallel_tool_calls=True`` allows several calls in one message.
+        """
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        names = [t["function"]["name"] for t in formatted]
+        choice = normalize_tool_choice(tool_choice, names)
+        if parallel_tool_calls is not None:
+            kwargs["parallel_tool_calls"] = parallel_tool_calls
+        return super().bind(tools=formatted, tool_choice=choice, **kwargs)
+
+    def with_structured_output(
+        self, schema: dict[str, Any] | type, *, include_raw: bool = False,
+        method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling",
+        strict: bool | None = None, **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, dict | Any]:
+        """Answers parsed into ``schema``: through a forced tool call (``function_calling``)
+        or as grammar-constrained JSON (``json_schema``; ``json_mode``: any JSON object)."""
+        if method == "function_calling":
+            return super().with_structured_output(schema, include_raw=include_raw, **kwargs)
+        if kwargs:
+            raise ValueError(f"unsupported arguments: {sorted(kwargs)}")
+        return structured_output(self, schema, method, include_raw=include_raw)
+
+    # --- generation ----------------------------------------------------------------------------
+    def _prepare(self, messages: list[BaseMessage], stop: list[str] | None,
+                 kwargs: dict[str, Any]) -> Call:
+        engine = self.engine
+        if engine is None:
+            from langchain_agentrt.engines import get_shared_engine
+
+            engine = get_shared_engine(self.model_name, **self.engine_kwargs)
+        return prepare_call(self, engine, messages, stop, kwargs)
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None,
+                  **kwargs: Any) -> ChatResult:
+        call = self._prepare(messages, stop, kwargs)
+        progress = Progress(call)
+        for delta in run_deltas(call):
+            progress.feed(delta)
+        return _result(progress.message())
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                         **kwargs: Any) -> ChatResult:
+        call = self._prepare(messages, stop, kwargs)
+        progress = Progress(call)
+        async for delta in arun_deltas(call):
+            progress.feed(delta)
+        return _result(progress.message())
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        call = self._prepare(messages, stop, kwargs)
+        progress = Progress(call)
+        for delta in run_deltas(call):
+            chunk = progress.chunk(delta)
+            if chunk is not None:
+                if run_manager:
+                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        call = self._prepare(messages, stop, kwargs)
+        progress = Progress(call)
+        async for delta in arun_deltas(call):
+            chunk = progress.chunk(delta)
+            if chunk is not None:
+                if run_manager:
+                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
+
+
+def _result(message: AIMessage) -> ChatResult:
+    info = {"finish_reason": message.response_metadata.get("finish_reason")}
+    return ChatResult(generations=[ChatGeneration(message=message, generation_info=info)])

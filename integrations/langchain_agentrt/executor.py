@@ -1,0 +1,89 @@
+"""Executor: a drop-in for LangChain's ``AgentExecutor`` that runs an agent as one session.
+
+It *is* an ``AgentExecutor`` — same fields, same ``invoke/ainvoke/stream/astream/batch``,
+same outputs and callbacks — so a program changes one name and nothing else. What changes is
+underneath: the run executes inside :func:`agentrt.session.agent_run`, so every call the
+agent makes to a :class:`~langchain_agentrt.ChatAgentRT` continues one engine request
+instead of starting over. The prompt is prefilled once; the model's own tokens stay in the
+KV cache; each re-rendered prompt only appends the observation (rolling back a seam that
+re-tokenizes differently, so the model sees exactly what a fresh call would); and while a
+tool runs, the request is paused — its KV preserved, swapped or discarded by the engine's
+interception policy, which learns each tool's duration from the tool's name. A ReAct
+agent's calls are grammar-constrained to the ReAct format (when the model is constrained,
+the default), so its steps always parse.
+
+With any other model nothing routes through a session, and the Executor is exactly
+``AgentExecutor``: drop-in means never worse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_classic.agents import AgentExecutor
+from langchain_core.agents import AgentAction, AgentStep
+from pydantic import PrivateAttr
+
+from agentrt.session import SessionScope, SessionStats, agent_run, current_scope
+from langchain_agentrt.react import is_react_agent, react_grammar
+
+__all__ = ["Executor"]
+
+
+class Executor(AgentExecutor):
+    """``AgentExecutor`` whose runs keep the model's KV across steps (see module docs)."""
+
+    _last_scope: SessionScope | None = PrivateAttr(default=None)
+
+    @property
+    def session_stats(self) -> SessionStats | None:
+        """Tokens re-rendered vs computed in the most recent run (None before any run)."""
+        return self._last_scope.stats if self._last_scope is not None else None
+
+    # --- runs: each in its own session scope --------------------------------------------------
+    def _call(self, inputs: dict[str, Any], run_manager: Any = None) -> dict[str, Any]:
+        with agent_run(self._new_scope()):
+            return super()._call(inputs, run_manager=run_manager)
+
+    async def _acall(self, inputs: dict[str, Any], run_manager: Any = None) -> dict[str, Any]:
+        with agent_run(self._new_scope()):
+            return await super()._acall(inputs, run_manager=run_manager)
+
+    def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
+        with agent_run(self._new_scope()):
+            yield from super().stream(input, config, **kwargs)
+
+    async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
+        with agent_run(self._new_scope()):
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk
+
+    def _new_scope(self) -> SessionScope:
+        """The run's session scope; a ReAct agent's calls are held to the ReAct grammar."""
+        scope = SessionScope()
+        if is_react_agent(self.agent) and self.tools:
+            scope.grammar = react_grammar([t.name for t in self.tools])
+        self._last_scope = scope
+        return scope
+
+    # --- tools: tell the engine what the paused request waits for --------------------------------
+    def _perform_agent_action(self, name_to_tool_map, color_mapping, agent_action: AgentAction,
+                              run_manager: Any = None) -> AgentStep:
+        _annotate(agent_action)
+        return super()._perform_agent_action(name_to_tool_map, color_mapping, agent_action,
+                                             run_manager)
+
+    async def _aperform_agent_action(self, name_to_tool_map, color_mapping,
+                                     agent_action: AgentAction, run_manager: Any = None
+                                     ) -> AgentStep:
+        _annotate(agent_action)
+        return await super()._aperform_agent_action(name_to_tool_map, color_mapping,
+                                                    agent_action, run_manager)
+
+
+def _annotate(action: AgentAction) -> None:
+    """The session that produced ``action`` is paused for this tool: say which."""
+    scope = current_scope()
+    if scope is not None:
+        scope.annotate_last(action.tool)

@@ -1,0 +1,123 @@
+"""What the model may write, as xgrammar structural tags and JSON schemas.
+
+With tools bound, decoding is constrained so that every tool call is written exactly as
+:func:`~langchain_agentrt.tool_calls.format_tool_call` writes it, with arguments that match
+that tool's JSON schema:
+
+- ``tool_choice="auto"``: free text; once ``<tool_`` is written it must become
+  ``<tool_call>`` and a call to one of the tools (then free text again). Small models like to
+  imitate the tool's turn (``<tool_response>``); in free text, ``<tool_`` only opens a call.
+- ``"required"`` or one tool's name: nothing but calls (to that tool), at least one.
+- ``"none"``: free text without ``<tool_`` (no call can start).
+
+One call per message unless ``parallel_tool_calls=True`` (small models tend to repeat a call).
+Structured output (``response_format``, OpenAI's ``json_schema`` / ``json_object`` forms)
+constrains the answer to JSON (of the schema); with tools bound too, the answer is either
+that JSON or tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_agentrt.tool_calls import CLOSE_TAG, OPEN_TAG
+
+__all__ = [
+    "ToolChoice",
+    "normalize_tool_choice",
+    "output_structural_tag",
+    "response_schema",
+    "tool_call_format",
+]
+
+ToolChoice = str  # "auto" | "none" | "required" | the name of one bound tool
+_MAX_JSON_WHITESPACE = 1  # NOTE: blocks runaway whitespace, still allows json.dumps spacing
+# NOTE: in free text, `<tool_` can only open a call (never the tool's own `<tool_response>`)
+_TRIGGER = "<tool_"
+_NOT_IN_ANSWERS = ["<tool_", "</tool_"]
+
+
+def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> ToolChoice:
+    """LangChain / OpenAI ``tool_choice`` → ``"auto" | "none" | "required" | <tool name>``."""
+    if tool_choice is None or tool_choice == "auto":
+        return "auto"
+    if tool_choice is False or tool_choice == "none":
+        return "none"
+    if not tool_names:
+        raise ValueError(f"tool_choice={tool_choice!r} needs at least one bound tool")
+    if tool_choice in ("any", "required"):
+        return "required"
+    if tool_choice is True:
+        if len(tool_names) != 1:
+            raise ValueError("tool_choice=True needs exactly one bound tool; "
+                             f"the bound tools are: {', '.join(tool_names)}")
+        return tool_names[0]
+    name = tool_choice
+    if isinstance(tool_choice, dict):
+        name = tool_choice.get("function", {}).get("name") or tool_choice.get("name")
+    if not isinstance(name, str) or name not in tool_names:
+        raise ValueError(f"tool_choice {tool_choice!r} does not name a bound tool; "
+                         f"the bound tools are: {', '.join(tool_names)}")
+    return name
+
+
+def output_structural_tag(tools: Sequence[dict[str, Any]], tool_choice: ToolChoice,
+                          response_format: dict[str, Any] | None = None, *,
+                          parallel_tool_calls: bool = False) -> dict[str, Any] | None:
+    """The xgrammar structural tag for the whole answer (None: nothing to constrain)."""
+    if not tools and response_format is None:
+        return None
+    if response_format is None:
+        fmt = tool_call_format(tools, tool_choice, parallel_tool_calls=parallel_tool_calls)
+    else:
+        fmt = _json_format(response_schema(response_format))
+        if tools and tool_choice != "none":
+            calls_only = "required" if tool_choice == "auto" else tool_choice
+            calls = tool_call_format(tools, calls_only, parallel_tool_calls=parallel_tool_calls)
+            fmt = calls if tool_choice != "auto" else {"type": "or", "elements": [calls, fmt]}
+    return {"type": "structural_tag", "format": fmt}
+
+
+def response_schema(response_format: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema of an OpenAI ``response_format`` (None: any JSON object)."""
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return None
+    if kind == "json_schema" and isinstance(response_format.get("json_schema"), dict):
+        spec = response_format["json_schema"]
+        return spec.get("schema", spec)
+    raise ValueError("response_format must be {'type': 'json_object'} or {'type': "
+                     f"'json_schema', 'json_schema': {{'schema': ...}}}}, got {response_format!r}")
+
+
+def tool_call_format(tools: Sequence[dict[str, Any]], tool_choice: ToolChoice,
+                     *, parallel_tool_calls: bool = False) -> dict[str, Any]:
+    """The structural-tag ``format`` (see the module docstring for each choice)."""
+    if tool_choice == "none":
+        return {"type": "any_text", "excludes": _NOT_IN_ANSWERS}
+    functions = [t["function"] for t in tools]
+    if tool_choice not in ("auto", "required"):
+        functions = [f for f in functions if f["name"] == tool_choice]
+    tags = [_call_tag(f) for f in functions]
+    if tool_choice == "auto":
+        return {"type": "triggered_tags", "triggers": [_TRIGGER], "tags": tags,
+                "excludes": ["</tool_"], "stop_after_first": not parallel_tool_calls}
+    return {"type": "tags_with_separator", "tags": tags, "separator": "\n",
+            "at_least_one": True, "stop_after_first": not parallel_tool_calls}
+
+
+def _json_format(schema: dict[str, Any] | None) -> dict[str, Any]:
+    json_schema = schema if schema is not None else {"type": "object"}
+    return {"type": "json_schema", "json_schema": json_schema,
+            "max_whitespace_cnt": _MAX_JSON_WHITESPACE}
+
+
+def _call_tag(function: dict[str, Any]) -> dict[str, Any]:
+    begin = f'{OPEN_TAG}\n{{"name": {json.dumps(function["name"])}, "arguments": '
+    schema = function.get("parameters") or {"type": "object", "properties": {}}
+    return {"type": "tag", "begin": begin,
+            "content": {"type": "json_schema", "json_schema": schema,
+                        "max_whitespace_cnt": _MAX_JSON_WHITESPACE},
+            "end": f"}}\n{CLOSE_TAG}"}

@@ -1,0 +1,67 @@
+"""xgrammar-backed logits processors on the real model: the output stays in the grammar."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("xgrammar", reason="needs the [constrained] or [langchain] extra")
+
+from agentrt import SamplingParams  # noqa: E402
+from agentrt.constrained import get_grammar_backend  # noqa: E402
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                           "population": {"type": "integer"}},
+          "required": ["city", "population"]}
+
+
+@pytest.fixture(scope="module")
+def backend(engine):
+    return get_grammar_backend(engine)
+
+
+def test_backend_is_built_once_per_engine(engine, backend):
+    assert get_grammar_backend(engine) is backend
+
+
+def test_json_schema_output_parses_and_matches(engine, chat, backend):
+    prompt = chat("Name a big city and its population.")
+    out = engine.generate(prompt, SamplingParams(max_tokens=40,
+                                                 logits_processor=backend.json_schema(SCHEMA)))
+    value = json.loads(out.text)
+    assert set(value) == {"city", "population"} and isinstance(value["population"], int)
+    assert out.finish_reason == "stop"  # the grammar ended, then only EOS was allowed
+
+
+def test_ebnf_grammar_restricts_greedy_output(engine, chat, backend):
+    proc = backend.ebnf('root ::= ("yes" | "no") "."')
+    out = engine.generate(chat("Is the sky green?"),
+                          SamplingParams(max_tokens=8, logits_processor=proc))
+    assert out.text == "no." and out.finish_reason == "stop"  # then EOS was the only choice
+
+
+def test_a_diverging_history_is_replayed(engine, backend):
+    tok = engine.tokenizer
+    a, b = (tok.encode(s, add_special_tokens=False) for s in ('{"city": "Rome"', '{"city": "Oslo'))
+    reused, fresh = backend.json_schema(SCHEMA), backend.json_schema(SCHEMA)
+    vocab = engine.core.model_config.vocab_size
+    reused(a, torch.zeros(vocab))
+    assert torch.equal(reused(b, torch.zeros(vocab)), fresh(b, torch.zeros(vocab)))
+
+
+def test_a_rejected_token_leaves_only_eos(engine, backend):
+    proc = backend.ebnf('root ::= "yes"')
+    bad = engine.tokenizer.encode("no", add_special_tokens=False)
+    row = proc(bad, torch.zeros(engine.core.model_config.vocab_size))
+    assert proc.error is not None
+    assert set(torch.nonzero(row == 0).flatten().tolist()) == engine.core.eos_token_ids
+
+
+def test_importing_agentrt_or_the_integration_does_not_import_xgrammar():
+    code = ("import sys, agentrt, langchain_agentrt; "
+            "assert 'xgrammar' not in sys.modules, 'xgrammar imported eagerly'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
