@@ -18,7 +18,10 @@ With any other model nothing routes through a session, and the Executor is exact
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_classic.agents import AgentExecutor
@@ -32,7 +35,14 @@ __all__ = ["Executor"]
 
 
 class Executor(AgentExecutor):
-    """``AgentExecutor`` whose runs keep the model's KV across steps (see module docs)."""
+    """``AgentExecutor`` whose runs keep the model's KV across steps (see module docs).
+
+    One addition: a tool that raises or outlives ``tool_timeout`` gives the model an error
+    observation and the run goes on (``AgentExecutor`` would end the run with the exception).
+    """
+
+    tool_timeout: float | None = None
+    """Seconds a tool may run before its step gets a timeout observation (None = no limit)."""
 
     _last_scope: SessionScope | None = PrivateAttr(default=None)
 
@@ -71,15 +81,39 @@ class Executor(AgentExecutor):
     def _perform_agent_action(self, name_to_tool_map, color_mapping, agent_action: AgentAction,
                               run_manager: Any = None) -> AgentStep:
         _annotate(agent_action)
-        return super()._perform_agent_action(name_to_tool_map, color_mapping, agent_action,
-                                             run_manager)
+        args = (name_to_tool_map, color_mapping, agent_action, run_manager)
+        try:
+            if self.tool_timeout is None:
+                return super()._perform_agent_action(*args)
+            return self._run_with_timeout(super()._perform_agent_action, args)
+        except TimeoutError:
+            return _error_step(agent_action, f"the tool took longer than {self.tool_timeout}s")
+        except Exception as exc:  # noqa: BLE001 - a failing tool is the model's to handle
+            return _error_step(agent_action, f"{type(exc).__name__}: {exc}")
 
     async def _aperform_agent_action(self, name_to_tool_map, color_mapping,
                                      agent_action: AgentAction, run_manager: Any = None
                                      ) -> AgentStep:
         _annotate(agent_action)
-        return await super()._aperform_agent_action(name_to_tool_map, color_mapping,
-                                                    agent_action, run_manager)
+        run = super()._aperform_agent_action(name_to_tool_map, color_mapping, agent_action,
+                                             run_manager)
+        try:
+            return await asyncio.wait_for(run, self.tool_timeout)
+        except TimeoutError:
+            return _error_step(agent_action, f"the tool took longer than {self.tool_timeout}s")
+        except Exception as exc:  # noqa: BLE001 - a failing tool is the model's to handle
+            return _error_step(agent_action, f"{type(exc).__name__}: {exc}")
+
+
+    def _run_with_timeout(self, run: Any, args: tuple) -> AgentStep:
+        pool = ThreadPoolExecutor(1, thread_name_prefix="agentrt-tool")
+        future = pool.submit(contextvars.copy_context().run, run, *args)
+        pool.shutdown(wait=False)  # NOTE: a timed-out tool thread finishes in the background
+        return future.result(timeout=self.tool_timeout)
+
+
+def _error_step(action: AgentAction, message: str) -> AgentStep:
+    return AgentStep(action=action, observation=f"Error: {message}")
 
 
 def _annotate(action: AgentAction) -> None:
