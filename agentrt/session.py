@@ -172,6 +172,10 @@ class SessionScope:
         self.seam_slack = seam_slack
         self.sessions: list[Session] = []
         self.last: Session | None = None
+        self.hook_factory: Any = None
+        """Makes the engine hook of each call from the engine's tokenizer (e.g. partial
+        execution of the run's tools); its ``close()`` runs when the call's output ends, and
+        the factory's ``withdraw()``, if any, when the scope closes."""
         self.grammar: str | None = None
         """A GBNF grammar the run's model calls follow unless a call binds its own tools or
         format (set by an executor that knows the agent's output format, e.g. ReAct)."""
@@ -212,10 +216,13 @@ class SessionScope:
         return total
 
     def close(self) -> None:
-        """Free every session's KV."""
+        """Free every session's KV (and withdraw what the hooks left running)."""
         with self._lock:
             for s in self.sessions:
                 s.close()
+        withdraw = getattr(self.hook_factory, "withdraw", None)
+        if withdraw is not None:
+            withdraw()
 
 
 _current: contextvars.ContextVar[SessionScope | None] = contextvars.ContextVar(

@@ -39,10 +39,19 @@ class AgentRTTool(BaseTool):
         if args:  # a single string input (ReAct agents)
             kwargs = {tool.main_argument or "input": args[0], **kwargs}
         arguments = {k: v for k, v in kwargs.items() if v is not None}
-        observation = self.runtime.run(self.name, arguments, session=self.session)
+        observation = self._started(args, arguments)
+        if observation is None:
+            observation = self.runtime.run(self.name, arguments, session=self.session)
         if observation.is_error:
             raise ToolException(observation.text)
         return observation.text
+
+    def _started(self, args: tuple, arguments: dict[str, Any]) -> Any:
+        """The observation of this call if it already ran while the model wrote it (an
+        ``agentrt.Executor`` run offers it), else None."""
+        wanted = {"input": args[0]} if args else arguments
+        call = self.runtime.take(self.name, wanted, session=self.session)
+        return call.result() if call is not None else None
 
 
 def to_langchain(

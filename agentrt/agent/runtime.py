@@ -239,6 +239,7 @@ class ToolRuntime:
             self.add(tool)
         self._template: TemplateProcess | None = None
         self._slots: dict[tuple[str, str], _Slot] = {}
+        self._offers: dict[tuple[str, str], tuple[dict[str, Any], ToolCall]] = {}
 
     def add(self, tool: Tool | str, **config: Any) -> Tool:
         """Register a tool instance, or a registered tool by name with its config."""
@@ -265,6 +266,29 @@ class ToolRuntime:
         for key, value in arguments.items():
             call.feed(Piece("argument", key=key, value=value))
         return call.finish()
+
+    def offer(self, call: ToolCall, arguments: Mapping[str, Any], *, session: str) -> None:
+        """A call already started (while the model wrote it) that a caller may :meth:`take`
+        instead of running the tool again; an earlier unclaimed offer is aborted."""
+        self.withdraw(call.tool, session=session)
+        self._offers[(call.tool, session)] = (dict(arguments), call)
+
+    def take(self, name: str, arguments: Mapping[str, Any], *,
+             session: str = "default") -> ToolCall | None:
+        """The offered call of ``name`` if it was given exactly ``arguments`` (else it is
+        aborted: its arguments were not what the caller decided to run)."""
+        offer = self._offers.pop((name, session), None)
+        if offer is None:
+            return None
+        if offer[0] != dict(arguments):
+            offer[1].abort("superseded: the caller ran the tool with other arguments")
+            return None
+        return offer[1]
+
+    def withdraw(self, name: str | None = None, *, session: str) -> None:
+        """Abort unclaimed offers in ``session`` (of tool ``name``, or all)."""
+        for key in [k for k in self._offers if k[1] == session and name in (None, k[0])]:
+            self._offers.pop(key)[1].abort("not used")
 
     def sandbox_report(self, name: str, *, session: str = "default") -> SandboxReport | None:
         """What the sandbox of that tool's worker actually enforces (starts the worker)."""

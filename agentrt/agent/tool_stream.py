@@ -33,10 +33,22 @@ from agentrt.agent.plugin import Observation, Tool
 from agentrt.agent.runtime import ToolCall, ToolRuntime
 from agentrt.core.detokenizer import IncrementalDetokenizer
 
-__all__ = ["ToolStream"]
+__all__ = ["ToolStream", "arguments_of"]
 
 Decision = Literal["continue", "abort"]
 HookDecision = Literal["continue", "pause", "abort"]
+
+
+def arguments_of(pieces: Iterable[Piece]) -> dict[str, Any]:
+    """The complete arguments a call's pieces carried: JSON arguments by key, a ReAct action's
+    free-text input under ``"input"`` (partial pieces — deltas, statements — are left out)."""
+    args: dict[str, Any] = {}
+    for p in pieces:
+        if p.kind == "argument" and p.key is not None:
+            args[p.key] = p.value
+        elif p.kind == "input":
+            args["input"] = p.text
+    return args
 
 
 class Tokenizer(Protocol):
@@ -74,6 +86,10 @@ class ToolStream:
         self._in_call = False
         self._pending: list[Piece] = []
         self._ended: list[ToolCall] = []
+        #: every call written completely so far, with the arguments it was given (for callers
+        #: that run the observation themselves, e.g. LangChain's executor via offers)
+        self.completed: list[tuple[ToolCall, dict[str, Any]]] = []
+        self._fed: list[Piece] = []
 
     @property
     def call_complete(self) -> bool:
@@ -167,16 +183,18 @@ class ToolStream:
             self._call = self.runtime.start(event.name, session=self.session, lazy=self.lazy)
             for piece in self._pending:
                 self._call.feed(piece)
-            self._pending = []
+            self._fed, self._pending = list(self._pending), []
         elif isinstance(event, Piece):
             if self._call is not None:
                 self._call.feed(event)
+                self._fed.append(event)
             else:
                 self._pending.append(event)
         elif isinstance(event, CallEnd):
             if self._call is not None:
                 self._call.end()
                 self._ended.append(self._call)
+                self.completed.append((self._call, arguments_of(self._fed)))
             self._call, self._in_call = None, False
         elif isinstance(event, ParseError):
             return self._fail(event.message)

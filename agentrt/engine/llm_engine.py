@@ -35,6 +35,7 @@ __all__ = ["EngineStats", "LLMEngine", "StepUpdate"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _counter = itertools.count()
+_KEEP = object()  # resume(): keep the request's hook
 
 
 @dataclass
@@ -203,12 +204,13 @@ class LLMEngine:
     def resume(self, request_id: str, appended: str | list[int],
                params: SamplingParams | None = None, *, keep_kv: bool | None = None,
                forced_token_ids: Sequence[int] = (), pause: Pause | None = None,
-               truncate_to: int | None = None) -> Request:
+               truncate_to: int | None = None, hook=_KEEP) -> Request:
         """Continue a paused request: append tokens and generate again, reusing its KV.
 
         ``truncate_to`` first rolls the context back to its first n tokens (a seam whose
         re-tokenization differs: only the tokens after n are computed again).
-        ``forced_token_ids`` and ``pause`` apply to the new segment as in :meth:`add_request`.
+        ``forced_token_ids`` and ``pause`` apply to the new segment as in :meth:`add_request`;
+        ``hook`` replaces the request's hook (by default it keeps the one it has).
         """
         req = self._get(request_id)
         if req.status is not RequestStatus.INTERCEPTED:
@@ -228,6 +230,8 @@ class LLMEngine:
         req.keep_kv = req.keep_kv if keep_kv is None else keep_kv
         req.keep_kv = req.keep_kv or pause is not None
         req.pending_pause = pause
+        if hook is not _KEEP:
+            req.hook = hook
         req.forced_token_ids = deque(self.encode(list(forced_token_ids)))
         self._start_segment(req)
         self.scheduler.add(req)

@@ -10,7 +10,8 @@ re-tokenizes differently, so the model sees exactly what a fresh call would); an
 tool runs, the request is paused — its KV preserved, swapped or discarded by the engine's
 interception policy, which learns each tool's duration from the tool's name. A ReAct
 agent's calls are grammar-constrained to the ReAct format (when the model is constrained,
-the default), so its steps always parse.
+the default), so its steps always parse. When the tools are agentrt tools, they start while
+the model writes the call (:mod:`langchain_agentrt.partial`).
 
 With any other model nothing routes through a session, and the Executor is exactly
 ``AgentExecutor``: drop-in means never worse.
@@ -29,6 +30,7 @@ from langchain_core.agents import AgentAction, AgentStep
 from pydantic import PrivateAttr
 
 from agentrt.session import SessionScope, SessionStats, agent_run, current_scope
+from langchain_agentrt.partial import partial_execution_for
 from langchain_agentrt.react import is_react_agent, react_grammar
 
 __all__ = ["Executor"]
@@ -72,8 +74,11 @@ class Executor(AgentExecutor):
     def _new_scope(self) -> SessionScope:
         """The run's session scope; a ReAct agent's calls are held to the ReAct grammar."""
         scope = SessionScope()
-        if is_react_agent(self.agent) and self.tools:
+        react = is_react_agent(self.agent)
+        if react and self.tools:
             scope.grammar = react_grammar([t.name for t in self.tools])
+        scope.hook_factory = partial_execution_for(self.tools,
+                                                   "react" if react else "json_toolcall")
         self._last_scope = scope
         return scope
 

@@ -53,6 +53,8 @@ class Call:
     request_id: str = field(default_factory=lambda: f"lc-{uuid.uuid4().hex[:16]}")
     session: Session | None = None
     """The agent-run session serving this call (None: a request of its own)."""
+    hook: Any = None
+    """The run's engine hook for this call (partial tool execution), closed when it ends."""
 
     @contextmanager
     def deadline(self) -> Iterator[None]:
@@ -110,14 +112,25 @@ def prepare_call(model: ChatAgentRT, engine: Engine, messages: list[BaseMessage]
 def run_deltas(call: Call) -> Iterator[StreamDelta]:
     """The stream deltas of ``call`` (closing early aborts it)."""
     with call.deadline():
-        yield from _start(call, is_async=False)
+        try:
+            yield from _start(call, is_async=False)
+        finally:
+            _close_hook(call)
 
 
 async def arun_deltas(call: Call) -> AsyncIterator[StreamDelta]:
     """Async twin of :func:`run_deltas`."""
     with call.deadline():
-        async for delta in _start(call, is_async=True):
-            yield delta
+        try:
+            async for delta in _start(call, is_async=True):
+                yield delta
+        finally:
+            _close_hook(call)
+
+
+def _close_hook(call: Call) -> None:
+    if call.hook is not None:
+        call.hook.close()
 
 
 def _start(call: Call, *, is_async: bool) -> Any:
@@ -127,7 +140,10 @@ def _start(call: Call, *, is_async: bool) -> Any:
         return start(call.prompt_ids, call.params, request_id=call.request_id)
     call.session = scope.session_for(call.engine, call.prompt_ids)
     start = call.session.astream if is_async else call.session.stream
-    return start(call.prompt_ids, call.params)
+    if scope.hook_factory is None:
+        return start(call.prompt_ids, call.params)
+    call.hook = scope.hook_factory(call.engine.tokenizer)
+    return start(call.prompt_ids, call.params, hook=call.hook)
 
 
 class Progress:

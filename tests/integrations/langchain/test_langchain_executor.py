@@ -186,3 +186,32 @@ def test_a_raising_or_slow_tool_becomes_an_observation(plain, engine):
     with pytest.raises(RuntimeError, match="the tool broke"):  # the reference behaviour
         AgentExecutor(agent=agent, tools=[broken, slow])._perform_agent_action(
             tools, colors, AgentAction("broken", "x", ""))
+
+
+def test_agentrt_tools_start_while_the_model_writes_the_call(constrained, runtime, engine):
+    """With agentrt tools, a ReAct action runs in its worker as soon as it is decoded; the
+    executor's tool step then takes that result (same observation) instead of running again."""
+    taken = []
+    take = runtime.take
+
+    def spy(name, arguments, *, session="default"):
+        call = take(name, arguments, session=session)
+        taken.append((name, arguments, call is not None))
+        return call
+
+    runtime.take = spy
+    try:
+        make = lambda llm, tools: create_react_agent(llm, tools, REACT)  # noqa: E731
+        (_, ref), (_, got) = run_both(constrained, runtime, make, "search",
+                                      "Search the documentation: what does json.dumps do?")
+    finally:
+        del runtime.take
+    actions = got["intermediate_steps"]
+    assert actions and all(a.tool == "search" for a, _ in actions)
+    ours = [t for t in taken[-len(actions):]]
+    assert all(hit for _, _, hit in ours), taken  # every step's result was already running
+    assert [a.tool_input for a, _ in actions] == [args["input"] for _, args, _ in ours]
+    # the observations equal running the tool afresh on the same input
+    for action, observation in actions:
+        assert observation == runtime.run("search", {"query": action.tool_input},
+                                          session="fresh").text
