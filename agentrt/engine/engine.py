@@ -161,6 +161,11 @@ class Engine:
         with self._lock:
             self.core.set_interception(request_id, kind, expected_duration)
 
+    def clear_prefix_cache(self) -> int:
+        """Evict every prefix-cache entry no request is using; returns blocks released."""
+        with self._lock:
+            return self.core.clear_prefix_cache()
+
     def release(self, request_id: str) -> None:
         """Free the KV of a paused request."""
         with self._lock:

@@ -15,7 +15,25 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["is_react_agent", "react_grammar"]
+__all__ = ["REACT_TEMPLATE", "is_react_agent", "react_grammar", "react_prompt"]
+
+REACT_TEMPLATE = (
+    "Answer the following questions as best you can. You have access to the following "
+    "tools:\n\n{tools}\n\nUse the following format:\n\nQuestion: the input question you must "
+    "answer\nThought: you should always think about what to do\nAction: the action to take, "
+    "should be one of [{tool_names}]\nAction Input: the input to the action\nObservation: the "
+    "result of the action\n... (this Thought/Action/Action Input/Observation can repeat N "
+    "times)\nThought: I now know the final answer\nFinal Answer: the final answer to the "
+    "original input question\n\nBegin!\n\nQuestion: {input}\nThought:{agent_scratchpad}")
+"""The classic ReAct prompt (``hwchase17/react`` on the LangChain hub), shipped so that it
+works offline."""
+
+
+def react_prompt() -> Any:
+    """:data:`REACT_TEMPLATE` as a LangChain ``PromptTemplate`` for ``create_react_agent``."""
+    from langchain_core.prompts import PromptTemplate
+
+    return PromptTemplate.from_template(REACT_TEMPLATE)
 
 
 def react_grammar(tool_names: Sequence[str]) -> str:

@@ -8,20 +8,14 @@ import sqlite3
 
 import pytest
 from langchain_classic.agents import AgentExecutor, create_react_agent, create_tool_calling_agent
-from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
+from langchain_core.prompts import ChatPromptTemplate
 
 import agentrt
 from agentrt.agent import ToolRuntime
 from agentrt.agent.langchain_tools import to_langchain
+from langchain_agentrt.react import react_prompt
 
-REACT = PromptTemplate.from_template(
-    "Answer the following questions as best you can. You have access to the following "
-    "tools:\n\n{tools}\n\nUse the following format:\n\nQuestion: the input question you must "
-    "answer\nThought: you should always think about what to do\nAction: the action to take, "
-    "should be one of [{tool_names}]\nAction Input: the input to the action\nObservation: the "
-    "result of the action\n... (this Thought/Action/Action Input/Observation can repeat N "
-    "times)\nThought: I now know the final answer\nFinal Answer: the final answer to the "
-    "original input question\n\nBegin!\n\nQuestion: {input}\nThought:{agent_scratchpad}")
+REACT = react_prompt()
 CALLING = ChatPromptTemplate.from_messages([
     ("system", "You are a helpful assistant. Use the tools when they help."),
     ("human", "{input}"), ("placeholder", "{agent_scratchpad}")])
