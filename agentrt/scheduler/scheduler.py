@@ -7,7 +7,8 @@ decodes share one forward pass. When blocks run out, paused requests' KV is recl
 admitted running request is preempted by recompute: its computed pages go to the prefix
 cache and it rejoins the waiting queue. Waiting requests are then admitted in the order the
 scheduling policy gives (fcfs, arrival or lamps) while the budget, ``max_num_seqs`` and free
-blocks allow; a swapped-out request is swapped in first, within the step's swap budget.
+blocks allow (one short of blocks preempts, by recompute, waiting requests after it in that
+order that hold KV); a swapped-out request is swapped in first, within the step's swap budget.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class Scheduler:
                 req.stats.num_cached_tokens += hit
                 out.num_cached_tokens += hit
             n = min(req.num_pending_tokens, budget)
-            if not self._allocate(req, n):
+            if not self._allocate(req, n) and not self._preempt_waiting(req, n, jobs, out):
                 break
             self.waiting.remove(req)
             req.status = RequestStatus.RUNNING
@@ -108,6 +109,24 @@ class Scheduler:
         if self.kv.allocate(req, n):
             return True
         return self.reclaim(self.kv.blocks_needed(req, n)) and self.kv.allocate(req, n)
+
+    def _preempt_waiting(self, req: Request, n: int, jobs: list[JobView],
+                         out: SchedulerOutput) -> bool:
+        """Make room for ``req`` by preempting (recompute) waiting requests after it in policy
+        order that hold device blocks, lowest priority first. Resumed requests keep their
+        preserved KV while they wait; without this, they can fill the pool while nothing runs,
+        and no one is ever admitted again."""
+        for job in reversed(jobs):
+            other = job.request
+            if other is req:
+                break
+            if other in self.waiting and other.block_table:
+                self.kv.reset(other)
+                other.stats.num_preemptions += 1
+                out.preempted.append(other)
+                if self._allocate(req, n):
+                    return True
+        return False
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
