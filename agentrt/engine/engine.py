@@ -170,12 +170,14 @@ class Engine:
         """Free the KV of a paused request."""
         with self._lock:
             self.core.release(request_id)
+            self._wake.notify()  # freed memory may let a waiting request in
 
     def abort(self, request_id: str) -> None:
         """Abort a request wherever it is; its subscriber gets a final ``abort`` update."""
         with self._lock:
             req = self.core.abort(request_id)
             sub = self._subscribers.pop(request_id, None)
+            self._wake.notify()
         if req is not None and sub is not None:
             sub(StepUpdate(req, [], "", True))
 
@@ -236,6 +238,10 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001 - surfaced to every waiting caller
                     self._fail_all(exc)
                     continue
+                if self.core.last_step_idle:
+                    # NOTE: nothing could run (memory held by paused requests): wait for a
+                    # resume, release or abort instead of spinning
+                    self._wake.wait(timeout=0.005)
                 deliveries = [(self._subscribers.get(u.request.request_id), u) for u in updates]
                 for u in updates:
                     if u.finished:

@@ -76,6 +76,8 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, self.backend, config.block_size)
         self.requests: dict[str, Request] = {}
         self._last_batch_tokens = 1
+        self.last_step_idle = False
+        """The last step scheduled nothing although requests wait (they cannot fit yet)."""
         self._init_scheduling()
         if config.profile_on_start:
             self._profile()
@@ -287,6 +289,7 @@ class LLMEngine:
         out = self.scheduler.schedule()
         self.stats.num_preemptions += len(out.preempted)
         self.stats.num_cached_tokens += out.num_cached_tokens
+        self.last_step_idle = out.is_empty
         if out.is_empty:
             self.interceptions.end_step(running_tokens, 0, self._memory_pressure)
             return []
