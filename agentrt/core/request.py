@@ -54,7 +54,7 @@ class RequestStats:
     num_recomputed_tokens: int = 0
     """Tokens computed again because their KV was discarded or evicted while paused."""
     num_swapped_tokens: int = 0
-    """Tokens of KV copied to the host pool and back (out + in)."""
+    """Token slots of KV (whole pages) copied to the host pool and back (out + in)."""
     intercepted_seconds: float = 0.0
     """Time spent paused for tools (excluded from normalised latency)."""
     preserved_seconds: float = 0.0
