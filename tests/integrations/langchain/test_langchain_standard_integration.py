@@ -20,8 +20,7 @@ import pytest
 pytest.importorskip("langchain_tests", reason="needs the [dev] extra (langchain-tests)")
 
 from langchain_tests.integration_tests import ChatModelIntegrationTests  # noqa: E402
-
-from langchain_agentrt import ChatAgentRT  # noqa: E402
+from standard_capabilities import ChatAgentRTCapabilities  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -36,42 +35,14 @@ _SCHEMA_TYPES = ["pydantic", "typeddict", "json_schema"]
 _OUTPUT_VERSIONS = [{}, {"output_version": "v1"}]
 
 
-class TestChatAgentRTIntegration(ChatModelIntegrationTests):
+class TestChatAgentRTIntegration(ChatAgentRTCapabilities, ChatModelIntegrationTests):
     @pytest.fixture(autouse=True)
     def _session_engine(self, engine):
         self._engine = engine  # NOTE: every ChatAgentRT the suite builds uses the session engine
 
     @property
-    def chat_model_class(self) -> type[ChatAgentRT]:
-        return ChatAgentRT
-
-    @property
     def chat_model_params(self) -> dict:
         return {"engine": self._engine, "max_tokens": 64}
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def returns_usage_metadata(self) -> bool:
-        return True
-
-    @property
-    def supports_model_override(self) -> bool:
-        return False
 
     # --- failures caused by the 135M model's ability (see the module docstring) ---------------
     @_REPEATS
