@@ -3,15 +3,16 @@
 >>> from langchain_agentrt import ChatAgentRT
 >>> ChatAgentRT(max_tokens=32).invoke("Hello!")
 
-Module map: ``chat_models`` (the model) · ``generation`` (one call: prompt → request →
-message/chunks) · ``messages`` (LangChain messages → chat template) · ``tool_calls``
-(``<tool_call>`` text ↔ tool calls, streamed) · ``grammar`` (what constrained decoding
-allows) · ``structured`` (JSON response formats) · ``engines`` (the shared engine).
+Module map: ``chat_models`` (the model) · ``generation`` (one call: LangChain options →
+:mod:`agentrt.chat` → message/chunks) · ``messages`` (LangChain messages → OpenAI-format
+dicts) · ``structured`` (JSON response formats) · ``executor`` (``agentrt.Executor``) ·
+``react`` (the ReAct grammar) · ``partial`` (tools that start while the call is written).
+Templates, tool-call parsing, grammars and the shared engine are in :mod:`agentrt.chat`.
 """
 
 from __future__ import annotations
 
+from agentrt.chat import get_shared_engine
 from langchain_agentrt.chat_models import ChatAgentRT
-from langchain_agentrt.engines import get_shared_engine
 
 __all__ = ["ChatAgentRT", "get_shared_engine"]

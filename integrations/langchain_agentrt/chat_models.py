@@ -1,11 +1,12 @@
 """ChatAgentRT: a LangChain chat model that runs on agentrt's in-process engine.
 
-Messages are rendered with the model's own chat template (:mod:`.messages`), tokenized once
-and submitted as token ids, so ``usage_metadata`` counts exactly the engine request's prompt
-and output tokens. Tool calls are written in the ``<tool_call>`` JSON form and, when tools are
-bound, decoding is grammar-constrained (:mod:`.grammar`, xgrammar) so that every call names
-a bound tool with arguments matching its schema. ``invoke`` and ``stream`` share one output
-parser (:mod:`.tool_calls`): a streamed message adds up to the invoked one.
+Messages are rendered with the model's own chat template (:mod:`agentrt.chat.template`),
+tokenized once and submitted as token ids, so ``usage_metadata`` counts exactly the engine
+request's prompt and output tokens. Tool calls are written in the ``<tool_call>`` JSON form
+and, when tools are bound, decoding is grammar-constrained (:mod:`agentrt.chat.grammar`,
+xgrammar) so that every call names a bound tool with arguments matching its schema.
+``invoke`` and ``stream`` share one output parser (:mod:`agentrt.chat.tool_calls`): a
+streamed message adds up to the invoked one.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from agentrt import env
-from langchain_agentrt.generation import Call, Progress, arun_deltas, prepare_call, run_deltas
-from langchain_agentrt.grammar import normalize_tool_choice
+from agentrt.chat import ChatCall, normalize_tool_choice
+from langchain_agentrt.generation import Progress, arun_deltas, prepare_call, run_deltas
 from langchain_agentrt.structured import structured_output
 
 __all__ = ["ChatAgentRT"]
@@ -137,10 +138,10 @@ class ChatAgentRT(BaseChatModel):
 
     # --- generation ----------------------------------------------------------------------------
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None,
-                 kwargs: dict[str, Any]) -> Call:
+                 kwargs: dict[str, Any]) -> ChatCall:
         engine = self.engine
         if engine is None:
-            from langchain_agentrt.engines import get_shared_engine
+            from agentrt.chat import get_shared_engine
 
             engine = get_shared_engine(self.model_name, **self.engine_kwargs)
         return prepare_call(self, engine, messages, stop, kwargs)
@@ -149,7 +150,7 @@ class ChatAgentRT(BaseChatModel):
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
         call = self._prepare(messages, stop, kwargs)
-        progress = Progress(call)
+        progress = Progress(call, self.resolved_model_name)
         for delta in run_deltas(call):
             progress.feed(delta)
         return _result(progress.message())
@@ -158,7 +159,7 @@ class ChatAgentRT(BaseChatModel):
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
         call = self._prepare(messages, stop, kwargs)
-        progress = Progress(call)
+        progress = Progress(call, self.resolved_model_name)
         async for delta in arun_deltas(call):
             progress.feed(delta)
         return _result(progress.message())
@@ -167,7 +168,7 @@ class ChatAgentRT(BaseChatModel):
                 run_manager: CallbackManagerForLLMRun | None = None,
                 **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         call = self._prepare(messages, stop, kwargs)
-        progress = Progress(call)
+        progress = Progress(call, self.resolved_model_name)
         for delta in run_deltas(call):
             chunk = progress.chunk(delta)
             if chunk is not None:
@@ -179,7 +180,7 @@ class ChatAgentRT(BaseChatModel):
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         call = self._prepare(messages, stop, kwargs)
-        progress = Progress(call)
+        progress = Progress(call, self.resolved_model_name)
         async for delta in arun_deltas(call):
             chunk = progress.chunk(delta)
             if chunk is not None:

@@ -11,9 +11,9 @@ from langchain_core.tools import tool
 from pydantic import BaseModel
 
 from agentrt import SamplingParams
+from agentrt.chat import format_tool_call
 from langchain_agentrt import ChatAgentRT
 from langchain_agentrt.messages import render_prompt
-from langchain_agentrt.tool_calls import format_tool_call
 
 QUESTION = "What is the capital of France?"
 

@@ -7,8 +7,12 @@ import json
 import pytest
 from langchain_core.messages import AIMessageChunk
 
-from langchain_agentrt.grammar import normalize_tool_choice, output_structural_tag
-from langchain_agentrt.tool_calls import ToolCallStream, format_tool_call
+from agentrt.chat import (
+    ToolCallStream,
+    format_tool_call,
+    normalize_tool_choice,
+    output_structural_tag,
+)
 
 CALL = format_tool_call("search", {"query": "caf\u00e9 \"paris\"", "limit": 3, "tags": ["a", "b"]})
 TEXT = f"Let me look.\n{CALL}\nDone <tool bit."

@@ -1,8 +1,8 @@
-"""The process-wide engines ``ChatAgentRT`` uses when it is not given one.
+"""The process-wide engines the chat integrations use when they are not given one.
 
 Loading a model is the expensive part, and one :class:`agentrt.Engine` already batches every
-caller (threads, asyncio tasks) continuously. So all ``ChatAgentRT`` instances without an
-``engine=`` share one engine per model and options, created on first use, never at
+caller (threads, asyncio tasks) continuously. So all ``ChatAgentRT`` / ``AgentRT`` instances
+without an ``engine=`` share one engine per model and options, created on first use, never at
 construction.
 """
 

@@ -4,10 +4,13 @@
 write it (and as the history shows it back). :class:`ToolCallStream` splits streamed output
 into answer text and tool calls. JSON is parsed by agentrt's own streaming parser
 (:class:`~agentrt.agent.parsers.json_toolcall.JsonToolCallParser`), fed one character at a
-time inside a call so the end of the call is known exactly; its events become LangChain
-``tool_call_chunks`` whose ``args`` strings concatenate to the JSON of the arguments — string
-arguments stream as they are written. ``invoke`` feeds the whole text through the same class,
-so a streamed message adds up to the invoked one.
+time inside a call so the end of the call is known exactly; its events become tool-call
+chunks whose ``args`` strings concatenate to the JSON of the arguments — string arguments
+stream as they are written. A whole answer goes through the same class, so a streamed
+message adds up to the whole one.
+
+Calls and chunks are plain dicts with LangChain's keys (``ToolCall``, ``ToolCallChunk``,
+``InvalidToolCall`` are TypedDicts of exactly these), which every integration maps from.
 """
 
 from __future__ import annotations
@@ -17,21 +20,21 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages.tool import (
-    InvalidToolCall,
-    ToolCall,
-    ToolCallChunk,
-    invalid_tool_call,
-    tool_call,
-    tool_call_chunk,
-)
-
 from agentrt.agent.parsers.base import CallEnd, ParseError, Piece, ToolName
 from agentrt.agent.parsers.json_toolcall import JsonToolCallParser
 
-__all__ = ["OPEN_TAG", "CLOSE_TAG", "StreamPiece", "ToolCallStream", "format_tool_call"]
+__all__ = ["CLOSE_TAG", "OPEN_TAG", "StreamPiece", "ToolCallStream", "format_tool_call",
+           "new_call_id"]
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
+ToolCall = dict[str, Any]
+"""``{"name": str, "args": dict, "id": str, "type": "tool_call"}``."""
+ToolCallChunk = dict[str, Any]
+"""``{"name": str | None, "args": str (a piece of the arguments JSON), "id": str | None,
+"index": int, "type": "tool_call_chunk"}`` — the id and name come with a call's first chunk."""
+InvalidToolCall = dict[str, Any]
+"""``{"name": str | None, "args": str (the raw text), "id": str, "error": str,
+"type": "invalid_tool_call"}``."""
 
 
 def format_tool_call(name: str, args: dict[str, Any]) -> str:
@@ -41,6 +44,7 @@ def format_tool_call(name: str, args: dict[str, Any]) -> str:
 
 
 def new_call_id() -> str:
+    """A fresh id in OpenAI's ``call_…`` form."""
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
@@ -188,17 +192,20 @@ class ToolCallStream:
             last["name"] = last["name"] or name
         else:
             call_id = None if call.is_announced else call.id
-            chunks.append(tool_call_chunk(name=name, args=args, id=call_id, index=call.index))
+            chunks.append({"name": name, "args": args, "id": call_id, "index": call.index,
+                           "type": "tool_call_chunk"})
             call.is_announced = True
 
     def _end_call(self, call: _Call) -> None:
         self._call = None
         if call.state == "closing" and call.name is not None:
-            self.tool_calls.append(tool_call(name=call.name, args=call.args, id=call.id))
+            self.tool_calls.append({"name": call.name, "args": call.args, "id": call.id,
+                                    "type": "tool_call"})
             return
         error = call.error or "the tool call has no name"
-        self.invalid_tool_calls.append(invalid_tool_call(
-            name=call.name, args="".join(call.raw).strip(), id=call.id, error=error))
+        self.invalid_tool_calls.append({"name": call.name, "args": "".join(call.raw).strip(),
+                                        "id": call.id, "error": error,
+                                        "type": "invalid_tool_call"})
 
 
 def _partial_tag_len(data: str, tag: str) -> int:

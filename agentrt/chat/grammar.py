@@ -1,7 +1,7 @@
 """What the model may write, as xgrammar structural tags and JSON schemas.
 
 With tools bound, decoding is constrained so that every tool call is written exactly as
-:func:`~langchain_agentrt.tool_calls.format_tool_call` writes it, with arguments that match
+:func:`~agentrt.chat.tool_calls.format_tool_call` writes it, with arguments that match
 that tool's JSON schema:
 
 - ``tool_choice="auto"``: free text; once ``<tool_`` is written it must become
@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_agentrt.tool_calls import CLOSE_TAG, OPEN_TAG
+from agentrt.chat.tool_calls import CLOSE_TAG, OPEN_TAG
 
 __all__ = [
     "ToolChoice",
@@ -40,7 +40,8 @@ _NOT_IN_ANSWERS = ["<tool_", "</tool_"]
 
 
 def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> ToolChoice:
-    """LangChain / OpenAI ``tool_choice`` → ``"auto" | "none" | "required" | <tool name>``."""
+    """A LangChain / LlamaIndex / OpenAI ``tool_choice`` → ``"auto" | "none" | "required" |
+    <tool name>``."""
     if tool_choice is None or tool_choice == "auto":
         return "auto"
     if tool_choice is False or tool_choice == "none":

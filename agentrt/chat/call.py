@@ -1,0 +1,239 @@
+"""One chat call: OpenAI-format messages + options → an engine request → text and tool calls.
+
+:func:`prepare_chat` renders and tokenizes the prompt and builds the ``SamplingParams`` (with
+the grammar processor when tools or a response format are given); :func:`run_deltas` /
+:func:`arun_deltas` run it — as a fresh engine request, or, inside
+:func:`agentrt.session.agent_run`, as the next call of that run's session, which keeps the
+request's KV and appends only what the new prompt adds; :class:`ChatProgress` turns the
+stream deltas into answer text and tool calls through one
+:class:`~agentrt.chat.tool_calls.ToolCallStream`. ``ChatAgentRT``, ``AgentRT`` and
+``agentrt serve`` are thin adapters over this module.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, response_schema
+from agentrt.chat.template import render_prompt
+from agentrt.chat.tool_calls import InvalidToolCall, StreamPiece, ToolCall, ToolCallStream
+from agentrt.core.sampling_params import SamplingParams
+from agentrt.session import Session, current_scope
+
+if TYPE_CHECKING:
+    from agentrt.engine.engine import Engine
+    from agentrt.engine.outputs import StreamDelta
+
+__all__ = ["ChatCall", "ChatProgress", "arun_deltas", "prepare_chat", "run_deltas"]
+
+
+@dataclass
+class ChatCall:
+    """Everything one engine request needs."""
+
+    engine: Engine
+    prompt_ids: list[int]
+    params: SamplingParams
+    timeout: float | None = None
+    request_id: str = field(default_factory=lambda: f"chat-{uuid.uuid4().hex[:16]}")
+    session: Session | None = None
+    """The agent-run session serving this call (None: a request of its own)."""
+    hook: Any = None
+    """The run's engine hook for this call (partial tool execution), closed when it ends."""
+
+    @property
+    def engine_request_id(self) -> str:
+        """The id of the engine request serving the call (a session's, inside an agent run)."""
+        if self.session is not None:
+            return self.session.request_id or ""
+        return self.request_id
+
+    @contextmanager
+    def deadline(self) -> Iterator[None]:
+        """Abort the request after ``timeout`` seconds and raise ``TimeoutError``."""
+        if self.timeout is None:
+            yield
+            return
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            self.engine.abort(self.engine_request_id)
+
+        timer = threading.Timer(self.timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+        if fired.is_set():
+            raise TimeoutError(f"the call took longer than timeout={self.timeout}s; aborted")
+
+
+def prepare_chat(engine: Engine, messages: Sequence[Mapping[str, Any]], *,
+                 tools: Sequence[dict[str, Any]] = (), tool_choice: Any = None,
+                 response_format: dict[str, Any] | None = None,
+                 parallel_tool_calls: bool = False, constrained: bool = True,
+                 stop: Sequence[str] = (), temperature: float = 0.0,
+                 max_tokens: int | None = None, top_p: float = 1.0, top_k: int = 0,
+                 seed: int | None = None, timeout: float | None = None,
+                 request_id: str | None = None) -> ChatCall:
+    """Render, tokenize and parameterize one call.
+
+    ``messages`` and ``tools`` are in OpenAI's chat format; ``tool_choice`` is ``"auto"``
+    (default), ``"none"``, ``"required"`` / ``"any"``, a tool's name or OpenAI's dict form;
+    ``response_format`` is OpenAI's ``json_object`` / ``json_schema`` form. With
+    ``constrained`` (the default) tool calls and JSON answers are grammar-constrained.
+    Raises ``ValueError`` for input the call cannot honour.
+    """
+    tools = list(tools)
+    choice = normalize_tool_choice(tool_choice, [t["function"]["name"] for t in tools])
+    prompt = render_prompt(engine.tokenizer, messages, tools,
+                           system_note=_format_note(response_format))
+    prompt_ids = engine.tokenizer.encode(prompt, add_special_tokens=False)
+    processor = None
+    if constrained:
+        processor = _output_processor(engine, tools, choice, response_format,
+                                      parallel_tool_calls)
+    params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                            stop=tuple(stop), logits_processor=processor,
+                            **({} if max_tokens is None else {"max_tokens": max_tokens}))
+    call = ChatCall(engine, prompt_ids, params, timeout=timeout)
+    if request_id is not None:
+        call.request_id = request_id
+    return call
+
+
+def run_deltas(call: ChatCall) -> Iterator[StreamDelta]:
+    """The stream deltas of ``call`` (closing early aborts it)."""
+    with call.deadline():
+        try:
+            yield from _start(call, is_async=False)
+        finally:
+            _close_hook(call)
+
+
+async def arun_deltas(call: ChatCall) -> AsyncIterator[StreamDelta]:
+    """Async twin of :func:`run_deltas`."""
+    with call.deadline():
+        stream = _start(call, is_async=True)
+        try:
+            async for delta in stream:
+                yield delta
+        finally:
+            await stream.aclose()
+            _close_hook(call)
+
+
+def _close_hook(call: ChatCall) -> None:
+    if call.hook is not None:
+        call.hook.close()
+
+
+def _start(call: ChatCall, *, is_async: bool) -> Any:
+    scope = current_scope()
+    if scope is None:
+        start = call.engine.astream if is_async else call.engine.stream
+        return start(call.prompt_ids, call.params, request_id=call.request_id)
+    call.session = scope.session_for(call.engine, call.prompt_ids)
+    start = call.session.astream if is_async else call.session.stream
+    if scope.hook_factory is None:
+        return start(call.prompt_ids, call.params)
+    call.hook = scope.hook_factory(call.engine.tokenizer)
+    return start(call.prompt_ids, call.params, hook=call.hook)
+
+
+class ChatProgress:
+    """Accumulates one call's deltas into answer text and tool calls."""
+
+    def __init__(self, call: ChatCall) -> None:
+        self.call = call
+        self.parser = ToolCallStream()
+        self._content: list[str] = []
+        self.num_output_tokens = 0
+        self.engine_finish_reason: str | None = None
+        """The engine's reason (``stop``, ``length``, ``abort``); see :attr:`finish_reason`."""
+
+    def feed(self, delta: StreamDelta) -> StreamPiece:
+        """Count the delta's tokens and parse its text (the last delta closes the parser)."""
+        self.num_output_tokens += len(delta.token_ids)
+        piece = self.parser.feed(delta.text)
+        if delta.finished:
+            self.engine_finish_reason = delta.finish_reason
+            tail = self.parser.close()
+            piece.content += tail.content
+            piece.tool_call_chunks += tail.tool_call_chunks
+        self._content.append(piece.content)
+        return piece
+
+    @property
+    def content(self) -> str:
+        """The answer text so far (tool calls removed)."""
+        return "".join(self._content)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The complete, valid tool calls so far."""
+        return self.parser.tool_calls
+
+    @property
+    def invalid_tool_calls(self) -> list[InvalidToolCall]:
+        """Calls that did not parse (e.g. cut off by ``max_tokens``), with their error."""
+        return self.parser.invalid_tool_calls
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.call.prompt_ids)
+
+    @property
+    def finish_reason(self) -> str | None:
+        """``stop``, ``length``, ``abort``, or ``tool_calls`` when it stopped after calls."""
+        if self.parser.tool_calls and self.engine_finish_reason == "stop":
+            return "tool_calls"
+        return self.engine_finish_reason
+
+
+def _output_processor(engine: Engine, tools: list[dict[str, Any]], choice: str,
+                      response_format: dict[str, Any] | None, parallel: bool) -> Any:
+    tag = output_structural_tag(tools, choice, response_format, parallel_tool_calls=parallel)
+    if tag is not None:
+        return _grammar_processor(engine, tag)
+    scope = current_scope()
+    if scope is not None and scope.grammar:
+        return _ebnf_processor(engine, scope.grammar)  # e.g. the ReAct format of an agent run
+    return None
+
+
+def _format_note(response_format: dict[str, Any] | None) -> str | None:
+    if response_format is None:
+        return None
+    schema = response_schema(response_format)
+    if schema is None:
+        return "Answer with a JSON object."
+    return "Answer with a JSON object that matches this JSON schema:\n" + json.dumps(schema)
+
+
+def _ebnf_processor(engine: Engine, grammar: str) -> Any:
+    from agentrt.constrained import get_grammar_backend
+
+    return get_grammar_backend(engine).ebnf(grammar)
+
+
+def _grammar_processor(engine: Engine, tag: dict[str, Any]) -> Any:
+    try:
+        from agentrt.constrained import get_grammar_backend
+    except ImportError as exc:
+        raise ImportError("constrained tool calls need xgrammar: pip install "
+                          "'agentrt[constrained]', or pass constrained=False") from exc
+    try:
+        return get_grammar_backend(engine).structural_tag(tag)
+    except RuntimeError as exc:  # xgrammar's errors on schemas it cannot compile
+        raise ValueError(f"cannot build the output grammar for these tools / format: {exc}") \
+            from exc

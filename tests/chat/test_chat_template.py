@@ -1,0 +1,62 @@
+"""OpenAI-format messages through the model's chat template (the layer every front end uses)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrt.chat import format_tool_call, prepare_chat, render_prompt, template_caps
+
+TOOL = {"type": "function", "function": {
+    "name": "multiply", "description": "Multiply two numbers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "number"},
+                                                    "b": {"type": "number"}},
+                   "required": ["a", "b"]}}}
+
+
+def test_smollm2_template_gets_the_hermes_convention(tokenizer):
+    caps = template_caps(tokenizer)
+    assert not caps.renders_tools and not caps.renders_tool_calls
+    messages = [
+        {"role": "user", "content": "What is 3 times 7?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "multiply", "arguments": '{"a": 3, "b": 7}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21"},
+    ]
+    prompt = render_prompt(tokenizer, messages, [TOOL])
+    assert '"name": "multiply"' in prompt.split("</tools>")[0]  # signatures in the system turn
+    assert format_tool_call("multiply", {"a": 3, "b": 7}) in prompt  # string args parsed
+    assert "<tool_response>\n21\n</tool_response>" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_text_parts_and_developer_role(tokenizer):
+    parts = [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "world"}]
+    prompt = render_prompt(tokenizer, [{"role": "developer", "content": "Be brief."},
+                                       {"role": "user", "content": parts}])
+    assert "<|im_start|>system\nBe brief." in prompt
+    assert "Hello, world" in prompt
+
+
+@pytest.mark.parametrize("message, error", [
+    ({"role": "wizard", "content": "hi"}, "unknown message role"),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+     "text-only"),
+    ({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]},
+     "not valid JSON"),
+])
+def test_bad_messages_raise_clear_errors(tokenizer, message, error):
+    with pytest.raises(ValueError, match=error):
+        render_prompt(tokenizer, [message])
+
+
+def test_prepare_chat_builds_a_constrained_request(engine):
+    call = prepare_chat(engine, [{"role": "user", "content": "What is 3 times 7?"}],
+                        tools=[TOOL], tool_choice="required", max_tokens=40, stop=["\n\n"])
+    assert call.params.logits_processor is not None
+    assert call.params.max_tokens == 40 and call.params.stop == ("\n\n",)
+    assert engine.tokenizer.decode(call.prompt_ids).endswith("<|im_start|>assistant\n")
+    with pytest.raises(ValueError, match="does not name a bound tool"):
+        prepare_chat(engine, [{"role": "user", "content": "hi"}], tools=[TOOL],
+                     tool_choice={"type": "function", "function": {"name": "divide"}})
