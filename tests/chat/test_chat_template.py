@@ -24,7 +24,7 @@ def test_smollm2_template_gets_the_hermes_convention(tokenizer):
         {"role": "tool", "tool_call_id": "call_1", "content": "21"},
     ]
     prompt = render_prompt(tokenizer, messages, [TOOL])
-    assert '"name": "multiply"' in prompt.split("</tools>")[0]  # signatures in the system turn
+    assert '"name": "multiply"' in prompt.split("\n</tools>")[0]  # signatures in the system turn
     assert format_tool_call("multiply", {"a": 3, "b": 7}) in prompt  # string args parsed
     assert "<tool_response>\n21\n</tool_response>" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
