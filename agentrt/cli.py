@@ -1,12 +1,14 @@
-"""The ``agentrt`` command line: ``agentrt run "prompt"`` and ``agentrt chat``.
+"""The ``agentrt`` command line: ``agentrt run "prompt"``, ``agentrt chat``, ``agentrt serve``.
 
-Both run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model`` names a
-local Hugging Face folder or a .gguf file; nothing is downloaded.
+All run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model`` names a
+local Hugging Face folder or a .gguf file; nothing is downloaded. ``serve`` imports the
+server (the ``[server]`` extra) only when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import time
 from collections.abc import Callable
@@ -14,13 +16,17 @@ from collections.abc import Callable
 __all__ = ["main"]
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_group(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None,
                    help="local Hugging Face model folder or .gguf file "
                         "(default: the embedded SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weight and KV-cache dtype (default: auto = float32 on CPU)")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    _add_model_group(p)
     g = p.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (256)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -99,6 +105,66 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve an OpenAI-compatible HTTP API (chat completions with tools and streaming,
+    completions, models, health, Prometheus metrics) on the local engine. Concurrent clients
+    share the engine's continuous batching; a client that disconnects frees its request."""
+    try:
+        from agentrt.server import serve
+    except ImportError as exc:
+        if exc.name not in _SERVER_DEPS:
+            raise
+        print(f"agentrt: error: `agentrt serve` needs {exc.name}: "
+              "pip install 'agentrt[server]'", file=sys.stderr)
+        return 2
+    serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
+          log_level=args.log_level, dtype=args.dtype, max_num_seqs=args.max_batch,
+          kv_cache_gb=args.kv_cache_gb)
+    return 0
+
+
+_SERVER_DEPS = frozenset({"fastapi", "uvicorn", "starlette", "prometheus_client", "pydantic"})
+_SERVE_EPILOG = """examples:
+  agentrt serve                          # SmolLM2-135M-Instruct on http://127.0.0.1:8000/v1
+  agentrt serve --host 0.0.0.0 --port 8080 --max-batch 32 --served-model-name smol
+
+  curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "Hi"}]}'
+
+  from openai import OpenAI             # any OpenAI client; the api key is not checked
+  client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x")
+  client.chat.completions.create(model="SmolLM2-135M-Instruct",
+                                 messages=[{"role": "user", "content": "Hi"}])
+
+Requests without "temperature" are greedy; without "model", they use the served model."""
+
+
+def _add_serve_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)")
+    g.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    g.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
+                   help="name(s) clients pass as `model` and /v1/models lists "
+                        "(default: the model's short name, e.g. SmolLM2-135M-Instruct)")
+    g.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (default info)")
+    _add_model_group(p)
+    g = p.add_argument_group("engine")
+    g.add_argument("--max-batch", type=_positive_int, default=64,
+                   help="most requests decoded together; more wait for a slot (default 64)")
+    g.add_argument("--kv-cache-gb", type=float, default=1.0,
+                   help="size of the KV-cache pool shared by all requests (default 1.0)")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def _echo(text: str) -> str:
     print(text, end="", flush=True)
     return text
@@ -107,6 +173,7 @@ def _echo(text: str) -> str:
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "run": (cmd_run, "answer one prompt on the local engine and stream the reply"),
     "chat": (cmd_chat, "chat interactively with the local engine"),
+    "serve": (cmd_serve, "serve an OpenAI-compatible HTTP API on the local engine"),
 }
 
 
@@ -117,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Runs on CPU with the embedded SmolLM2-135M-Instruct by default.",
         epilog='examples:\n  agentrt run "What is the capital of France?"\n'
                "  agentrt chat --system 'You are terse.'\n"
-               "  agentrt run --model ./my-qwen2-folder --max-tokens 64 'Hello'",
+               "  agentrt run --model ./my-qwen2-folder --max-tokens 64 'Hello'\n"
+               "  agentrt serve --port 8000   # OpenAI-compatible API at /v1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -129,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(run)
     chat = sub.add_parser("chat", help=COMMANDS["chat"][1], description=cmd_chat.__doc__)
     _add_model_args(chat)
+    serve = sub.add_parser("serve", help=COMMANDS["serve"][1], epilog=_SERVE_EPILOG,
+                           description=inspect.cleandoc(cmd_serve.__doc__ or ""),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_serve_args(serve)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from agentrt.engine.engine import Engine
 from agentrt.engine.llm_engine import EngineStats, LLMEngine, StepUpdate
-from agentrt.engine.outputs import RequestOutput, StreamDelta
+from agentrt.engine.outputs import EngineLoad, RequestOutput, StreamDelta
 
-__all__ = ["Engine", "EngineStats", "LLMEngine", "RequestOutput", "StepUpdate", "StreamDelta"]
+__all__ = ["Engine", "EngineLoad", "EngineStats", "LLMEngine", "RequestOutput", "StepUpdate",
+           "StreamDelta"]

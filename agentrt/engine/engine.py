@@ -18,7 +18,7 @@ from agentrt.config import EngineConfig
 from agentrt.core.request import Pause, Request
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.llm_engine import LLMEngine, StepUpdate
-from agentrt.engine.outputs import RequestOutput, StreamDelta
+from agentrt.engine.outputs import EngineLoad, RequestOutput, StreamDelta
 
 __all__ = ["Engine"]
 
@@ -61,6 +61,19 @@ class Engine:
     @property
     def stats(self):
         return self.core.stats
+
+    def load(self) -> EngineLoad:
+        """The scheduler's queues and the KV pool, read between two steps (a consistent view;
+        waits for the step in flight)."""
+        core = self.core
+        with self._lock:
+            return EngineLoad(
+                num_running=len(core.scheduler.running),
+                num_waiting=len(core.scheduler.waiting),
+                num_free_blocks=core.kv.pool.num_free,
+                num_evictable_blocks=core.kv.cache.num_evictable_blocks,
+                num_total_blocks=core.kv.pool.num_blocks,
+            )
 
     # --- generate ---------------------------------------------------------------------------
     def generate(self, prompts: Prompt | list[Prompt], params: SamplingParams | None = None,

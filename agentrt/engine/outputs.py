@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from agentrt.core.request import FinishReason, Request, RequestStats
 
-__all__ = ["RequestOutput", "StreamDelta"]
+__all__ = ["EngineLoad", "RequestOutput", "StreamDelta"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +59,15 @@ class RequestOutput:
             is_paused=req.status.name == "INTERCEPTED",
             stats=copy.deepcopy(req.stats),
         )
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """The scheduler's queues and the KV pool at one instant (see ``Engine.load``)."""
+
+    num_running: int
+    num_waiting: int
+    num_free_blocks: int
+    num_evictable_blocks: int
+    """Blocks held only by the prefix cache (reclaimed on demand)."""
+    num_total_blocks: int

@@ -1,0 +1,77 @@
+"""The FastAPI app: the OpenAI routes plus ``/health``, ``/v1/models`` and ``/metrics``.
+
+:func:`create_app` wires one engine into an app; it neither starts nor stops the engine
+(:func:`agentrt.server.serve` does both), so tests and embedders can bring their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+from fastapi import APIRouter, FastAPI, Request
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import Response
+
+from agentrt import __version__
+from agentrt.server import chat, completions
+from agentrt.server.errors import install_error_handlers
+from agentrt.server.protocol import ModelCard, ModelList
+from agentrt.server.state import ServerState, State
+
+if TYPE_CHECKING:
+    from agentrt.engine.engine import Engine
+
+__all__ = ["create_app"]
+
+_COUNTED = frozenset({chat.ENDPOINT, completions.ENDPOINT, "/v1/models"})
+router = APIRouter()
+
+
+def create_app(engine: Engine, *, model_names: Sequence[str] = ()) -> FastAPI:
+    """An OpenAI-compatible app serving ``engine``.
+
+    ``model_names``: the names clients pass as ``model`` and ``/v1/models`` lists (default:
+    the model's short name, e.g. ``SmolLM2-135M-Instruct``).
+    """
+    state = ServerState.of(engine, model_names)
+    app = FastAPI(title="agentrt", version=__version__,
+                  description="OpenAI-compatible API on agentrt's local engine.")
+    app.state.agentrt = state
+    install_error_handlers(app, lambda request, status: _count(state, request, status))
+    app.include_router(chat.router)
+    app.include_router(completions.router)
+    app.include_router(router)
+    return app
+
+
+def _count(state: ServerState, request: Request, status: int) -> None:
+    path = request.url.path
+    state.metrics.count(path if path in _COUNTED else "other", status)
+
+
+@router.get("/health")
+async def health(state: State) -> dict[str, str]:
+    """200 once the model is loaded and the server accepts requests."""
+    return {"status": "ok", "model": state.model_name}
+
+
+@router.get("/v1/models")
+async def list_models(state: State) -> ModelList:
+    """The names this server answers to (any of them works as ``model``)."""
+    state.metrics.count("/v1/models", 200)
+    return ModelList(data=[ModelCard(id=name) for name in state.model_names])
+
+
+@router.get("/v1/models/{model:path}")
+async def retrieve_model(model: str, state: State) -> ModelCard:
+    """One served model, matched as ``model`` is in requests (404 ``model_not_found``)."""
+    return ModelCard(id=state.resolve_model(model))
+
+
+@router.get("/metrics")
+async def metrics(state: State) -> Response:
+    """Prometheus metrics (see :mod:`agentrt.server.metrics`)."""
+    body = await anyio.to_thread.run_sync(state.metrics.render)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

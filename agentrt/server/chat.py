@@ -1,0 +1,156 @@
+"""``POST /v1/chat/completions``: OpenAI chat requests on the shared chat layer.
+
+:mod:`agentrt.chat` does the work every front end shares — rendering the messages and tools
+with the model's template, grammar-constraining tool calls and ``response_format``, parsing
+``<tool_call>`` blocks out of the stream. This module only maps the wire format: a request
+to :func:`~agentrt.chat.prepare_chat` options, and a :class:`~agentrt.chat.ChatProgress` to
+one ``chat.completion`` or to ``chat.completion.chunk`` events, tool calls streamed as
+OpenAI's ``tool_calls`` deltas (id, type and name in a call's first delta, then fragments
+of the arguments JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from functools import partial
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepare_chat
+from agentrt.server.errors import APIError, rejected_as_400
+from agentrt.server.protocol import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChunkChoice,
+    DeltaMessage,
+    FunctionCall,
+    ToolCall,
+    Usage,
+)
+from agentrt.server.state import ServerState, State
+from agentrt.server.streaming import DONE, cancel_on_disconnect, sse, start_stream
+
+__all__ = ["ChatRun", "router"]
+
+ENDPOINT = "/v1/chat/completions"
+router = APIRouter()
+
+
+@router.post(ENDPOINT, response_model=None)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request,
+                                 state: State) -> Any:
+    """Answer a conversation, whole or streamed (``stream: true``)."""
+    started = time.monotonic()
+    model = state.resolve_model(body.model)
+    run = ChatRun(await _prepare(state, body), model, state, started)
+    response: ChatCompletion | Response
+    if body.stream:
+        response = await start_stream(run.events(body.include_usage))
+    else:
+        response = await cancel_on_disconnect(request, run.complete())
+    state.metrics.count(ENDPOINT, 200)
+    return response
+
+
+async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
+    """Render, tokenize and build the grammar in a worker thread (they take milliseconds)."""
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    tools = [t.model_dump(exclude_none=True) for t in body.tools or ()]
+    prepare = partial(
+        prepare_chat, state.engine, messages, tools=tools, tool_choice=body.tool_choice,
+        response_format=body.output_format, parallel_tool_calls=bool(body.parallel_tool_calls),
+        stop=body.stops, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+        seed=body.seed, max_tokens=body.output_limit or state.max_model_len,
+        request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
+    try:
+        return await anyio.to_thread.run_sync(prepare)
+    except ValueError as exc:
+        raise APIError.bad_request(exc) from exc
+
+
+class ChatRun:
+    """One chat completion in flight: the engine call, its progress, its OpenAI answers."""
+
+    def __init__(self, call: ChatCall, model: str, state: ServerState, started: float) -> None:
+        self.call = call
+        self.model = model
+        self.state = state
+        self.started = started
+        self.progress = ChatProgress(call)
+        self.created = int(time.time())
+
+    async def pieces(self) -> AsyncIterator[StreamPiece]:
+        """What each engine delta completed (closing this aborts the request)."""
+        deltas = self.state.metrics.observe(rejected_as_400(arun_deltas(self.call)),
+                                            self.progress.num_prompt_tokens, self.started)
+        async with aclosing(deltas):
+            async for delta in deltas:
+                yield self.progress.feed(delta)
+
+    async def complete(self) -> ChatCompletion:
+        """Run to the end; the whole answer."""
+        async with aclosing(self.pieces()) as pieces:
+            async for _ in pieces:
+                pass
+        choice = ChatChoice(message=self.message(), finish_reason=self.finish_reason)
+        return ChatCompletion(id=self.call.request_id, created=self.created, model=self.model,
+                              choices=[choice], usage=self.usage())
+
+    async def events(self, include_usage: bool) -> AsyncIterator[str]:
+        """The answer as server-sent ``chat.completion.chunk`` events, ``[DONE]`` last."""
+        is_first = True
+        async with aclosing(self.pieces()) as pieces:
+            async for piece in pieces:
+                if is_first:  # NOTE: after the first delta, so a rejected request is a 400
+                    yield sse(self.chunk(DeltaMessage(role="assistant", content="")))
+                    is_first = False
+                if piece:
+                    yield sse(self.chunk(_delta(piece)))
+        yield sse(self.chunk(DeltaMessage(), self.finish_reason))
+        if include_usage:
+            yield sse(ChatCompletionChunk(id=self.call.request_id, created=self.created,
+                                          model=self.model, choices=[], usage=self.usage()))
+        yield DONE
+
+    def chunk(self, delta: DeltaMessage, finish_reason: str | None = None
+              ) -> ChatCompletionChunk:
+        choice = ChunkChoice(delta=delta, finish_reason=finish_reason)
+        return ChatCompletionChunk(id=self.call.request_id, created=self.created,
+                                   model=self.model, choices=[choice])
+
+    def message(self) -> AssistantMessage:
+        calls = [ToolCall(id=c["id"], type="function", function=FunctionCall(
+            name=c["name"], arguments=json.dumps(c["args"], ensure_ascii=False)))
+            for c in self.progress.tool_calls]
+        content = self.progress.content
+        return AssistantMessage(content=content if content or not calls else None,
+                                tool_calls=calls or None)
+
+    @property
+    def finish_reason(self) -> str:
+        return self.progress.finish_reason or "stop"
+
+    def usage(self) -> Usage:
+        return Usage.of(self.progress.num_prompt_tokens, self.progress.num_output_tokens)
+
+
+def _delta(piece: StreamPiece) -> DeltaMessage:
+    calls = [_tool_call_delta(c) for c in piece.tool_call_chunks]
+    return DeltaMessage(content=piece.content or None, tool_calls=calls or None)
+
+
+def _tool_call_delta(chunk: dict[str, Any]) -> ToolCall:
+    """A chat-layer tool-call chunk as an OpenAI delta (the first one carries id and name)."""
+    is_first = chunk["id"] is not None
+    return ToolCall(index=chunk["index"], id=chunk["id"], type="function" if is_first else None,
+                    function=FunctionCall(name=chunk["name"], arguments=chunk["args"] or ""))

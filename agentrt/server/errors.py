@@ -1,0 +1,140 @@
+"""Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+
+Every failure a client can cause answers with this body and a 4xx status, so OpenAI's
+clients raise their usual exceptions (``BadRequestError``, ``NotFoundError``) with a readable
+message: :class:`APIError` raised by the endpoints, FastAPI's request validation (malformed
+JSON, wrong types, ``max_tokens`` below 1 — 400 naming the field, as OpenAI does, not
+FastAPI's 422), Starlette's own HTTP errors (unknown route, wrong method), and — as a 500 —
+anything else. The endpoints turn a ``ValueError`` of the chat layer or the engine (input
+they cannot honour) into a 400 themselves; a stray ``ValueError`` elsewhere is a bug, not
+the client's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+__all__ = ["APIError", "error_response", "install_error_handlers", "internal_error",
+           "rejected_as_400"]
+
+T = TypeVar("T")
+
+_TYPES = {400: "invalid_request_error", 404: "invalid_request_error",
+          405: "invalid_request_error", 500: "server_error", 503: "server_error"}
+
+
+class APIError(Exception):
+    """A failure to report to the client as an OpenAI error body."""
+
+    def __init__(self, status_code: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type: str | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(status_code, "invalid_request_error")
+
+    @classmethod
+    def bad_request(cls, exc: Exception, param: str | None = None) -> APIError:
+        """A 400 for input the runtime rejected with ``exc``."""
+        return cls(400, str(exc), param=param)
+
+    def body(self) -> dict[str, Any]:
+        """OpenAI's error body."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+async def rejected_as_400(stream: AsyncIterator[T]) -> AsyncIterator[T]:
+    """``stream`` (an engine stream), with the ``ValueError`` by which the engine rejects a
+    request when it is queued — before the first item — raised as a 400."""
+    async with aclosing(stream):  # type: ignore[type-var]
+        try:
+            first = await anext(stream)
+        except ValueError as exc:
+            raise APIError.bad_request(exc) from exc
+        yield first
+        async for item in stream:
+            yield item
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status_code)
+
+
+def install_error_handlers(app: FastAPI, on_error: Callable[[Request, int], None]) -> None:
+    """Answer every error in OpenAI's shape; ``on_error(request, status)`` counts them."""
+
+    def handler(convert: Callable[[Request, Any], APIError]) -> Callable[..., Any]:
+        async def handle(request: Request, exc: Exception) -> JSONResponse:
+            error = convert(request, exc)
+            on_error(request, error.status_code)
+            return error_response(error)
+
+        return handle
+
+    app.add_exception_handler(APIError, handler(lambda _, e: e))
+    app.add_exception_handler(RequestValidationError, handler(_from_validation))
+    app.add_exception_handler(HTTPException, handler(_from_http))
+    app.add_exception_handler(Exception, handler(lambda _, e: internal_error(e)))
+
+
+def internal_error(exc: BaseException) -> APIError:
+    """A 500 for a failure of the server itself (logged by the ASGI server too)."""
+    return APIError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _from_http(request: Request, exc: HTTPException) -> APIError:
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code == 404:
+        return APIError(404, f"Unknown endpoint {where}; see /docs for the API.",
+                        code="unknown_url")
+    return APIError(exc.status_code, f"{exc.detail}: {where}")
+
+
+def _from_validation(_: Request, exc: RequestValidationError) -> APIError:
+    errors = list(exc.errors())
+    if not errors:
+        return APIError(400, "invalid request")
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        reason = (first.get("ctx") or {}).get("error", "not valid JSON")
+        return APIError(400, f"We could not parse the JSON body of your request: {reason}. "
+                             "Send a JSON object with Content-Type: application/json.",
+                        code="invalid_json")
+    messages = [_describe(e) for e in errors[:3]]
+    return APIError(400, "; ".join(messages), param=_param(first) or None,
+                    code="invalid_value")
+
+
+def _describe(error: dict[str, Any]) -> str:
+    param = _param(error)
+    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    if error.get("type") == "missing":
+        return f"{param or 'the request body'} is required"
+    if error.get("type") == "value_error":  # ours: the message names the field and value
+        return message
+    shown = repr(error.get("input"))
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    where = f"{param}: " if param else ""
+    return f"{where}{message} (got {shown})"
+
+
+def _param(error: dict[str, Any]) -> str:
+    """The field's dotted path, without FastAPI's ``body`` and pydantic's union-branch names."""
+    loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+    fields = [p for p in loc if not _is_type_name(p)]
+    return ".".join(fields)
+
+
+def _is_type_name(part: str) -> bool:
+    """pydantic names union branches in ``loc`` (``str``, ``list[int]``, ...)."""
+    return part in ("str", "int", "float", "bool", "dict") or "[" in part

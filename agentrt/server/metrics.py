@@ -1,0 +1,107 @@
+"""Prometheus metrics of one server: traffic counters, latency histograms, engine gauges.
+
+Counters and histograms are updated by the endpoints (:meth:`ServerMetrics.observe` wraps a
+request's delta stream: time to first token, tokens, end-to-end latency, finish reason —
+``abort`` when the client went away). Gauges are read from the engine at scrape time, in one
+consistent snapshot between two engine steps: running and waiting requests, and the KV
+pool as free, evictable (held only by the prefix cache, given up on demand) and total
+blocks — free + evictable == total exactly when no request holds KV, which is what the
+server's leak tests assert after clients disconnect. Each app has its own registry, so two
+apps in one process do not collide.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from agentrt.engine.engine import Engine
+    from agentrt.engine.outputs import StreamDelta
+
+__all__ = ["ServerMetrics"]
+
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class _EngineCollector:
+    """Gauges computed from :meth:`Engine.load` at every scrape."""
+
+    _GAUGES = (
+        ("agentrt_num_requests_running", "num_running", "Requests in the running batch."),
+        ("agentrt_num_requests_waiting", "num_waiting", "Requests queued for admission."),
+        ("agentrt_kv_free_blocks", "num_free_blocks", "KV blocks on the free list."),
+        ("agentrt_kv_evictable_blocks", "num_evictable_blocks",
+         "KV blocks held only by the prefix cache (freed on demand)."),
+        ("agentrt_kv_total_blocks", "num_total_blocks", "KV blocks in the device pool."),
+    )
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.engine.load()
+        for name, field, doc in self._GAUGES:
+            yield GaugeMetricFamily(name, doc, value=getattr(snap, field))
+
+
+class ServerMetrics:
+    """The metrics of one app, in a registry of its own."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("agentrt_requests", "HTTP requests by endpoint and status.",
+                                ["endpoint", "status"], registry=r)
+        self.prompt_tokens = Counter("agentrt_prompt_tokens", "Prompt tokens processed.",
+                                     registry=r)
+        self.generation_tokens = Counter("agentrt_generation_tokens", "Tokens generated.",
+                                         registry=r)
+        self.finished = Counter("agentrt_requests_finished",
+                                "Requests by finish reason (abort: the client left; error).",
+                                ["finish_reason"], registry=r)
+        self.ttft = Histogram("agentrt_time_to_first_token_seconds",
+                              "From request arrival to the first generated token.",
+                              buckets=_TTFT_BUCKETS, registry=r)
+        self.latency = Histogram("agentrt_e2e_request_latency_seconds",
+                                 "From request arrival to the last generated token.",
+                                 buckets=_LATENCY_BUCKETS, registry=r)
+        r.register(_EngineCollector(engine))
+
+    def count(self, endpoint: str, status: int) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+
+    async def observe(self, deltas: AsyncIterator[StreamDelta], num_prompt_tokens: int,
+                      started: float) -> AsyncIterator[StreamDelta]:
+        """Pass ``deltas`` through, timing them (``started``: ``time.monotonic()`` at arrival).
+
+        Closing this iterator closes ``deltas`` (which aborts the engine request).
+        """
+        num_tokens, reason = 0, "abort"
+        try:
+            async with aclosing(deltas):  # type: ignore[type-var]
+                async for delta in deltas:
+                    if delta.token_ids and num_tokens == 0:
+                        self.ttft.observe(time.monotonic() - started)
+                    num_tokens += len(delta.token_ids)
+                    if delta.finished:
+                        reason = delta.finish_reason or "stop"
+                    yield delta
+        except Exception:
+            reason = "error"  # rejected when queued (a 400), or the engine failed
+            raise
+        finally:
+            self.finished.labels(reason).inc()
+            self.prompt_tokens.inc(num_prompt_tokens)
+            self.generation_tokens.inc(num_tokens)
+            self.latency.observe(time.monotonic() - started)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition (blocks up to one engine step: run it in a thread)."""
+        return generate_latest(self.registry)

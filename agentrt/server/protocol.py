@@ -1,0 +1,294 @@
+"""The OpenAI wire format: pydantic models of the requests agentrt serves and its answers.
+
+Requests accept what OpenAI's clients send (unknown fields are ignored, as OpenAI-compatible
+servers do) and reject, with a 400 naming the field, values agentrt cannot honour: ``n`` or
+``best_of`` above 1, ``logprobs``, ``echo``, penalties, ``logit_bias``. Two defaults differ
+from OpenAI's, on purpose for a local deterministic runtime: ``temperature`` defaults to 0
+(greedy), and ``parallel_tool_calls`` to false (small models tend to repeat a call). Without
+``max_tokens`` a chat answer may run to the end of the context (OpenAI's rule); a legacy
+completion stops after 16 tokens (also OpenAI's rule).
+
+Answers are plain models dumped as they are, except the streamed ``delta`` objects, which
+leave out unset fields exactly as OpenAI's chunks do.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+
+__all__ = [
+    "AssistantMessage",
+    "ChatChoice",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "ChunkChoice",
+    "Completion",
+    "CompletionChoice",
+    "CompletionRequest",
+    "DeltaMessage",
+    "FunctionCall",
+    "FunctionSpec",
+    "ModelCard",
+    "ModelList",
+    "StreamOptions",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+]
+
+_UNSUPPORTED: dict[str, Any] = {
+    "n": 1, "best_of": 1, "logprobs": None, "top_logprobs": None, "echo": False,
+    "suffix": None, "logit_bias": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+}
+"""Fields agentrt accepts only at their neutral value (None, False, 0 or this default)."""
+
+
+# --- requests ----------------------------------------------------------------------------------
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+    """Send a last chunk with ``usage`` (and no choices) before ``[DONE]``."""
+
+
+class _SamplingRequest(BaseModel):
+    """Fields the chat and the legacy completion requests share."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    """A name from ``/v1/models`` (case-insensitive, an ``org/`` prefix is ignored);
+    omitted = the served model."""
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    """vLLM's extension: keep the k likeliest tokens (0 = off)."""
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = None
+    logprobs: Any = None
+    top_logprobs: int | None = None
+    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    user: str | None = None
+
+    @field_validator("n", "logprobs", "top_logprobs", "logit_bias", "presence_penalty",
+                     "frequency_penalty")
+    @classmethod
+    def _supported(cls, value: Any, info: Any) -> Any:
+        return _check_supported(info.field_name, value)
+
+    @field_validator("temperature", "top_p", mode="before")
+    @classmethod
+    def _null_is_default(cls, value: Any, info: Any) -> Any:
+        return cls.model_fields[info.field_name].default if value is None else value
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """``stop`` as a tuple of non-empty strings."""
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop or []
+        return tuple(s for s in stop if s)
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+def _check_supported(name: str, value: Any) -> Any:
+    neutral = _UNSUPPORTED[name]
+    if value in (None, False, {}, neutral):  # NOTE: 0 == False, so 0 is neutral too
+        return value
+    hint = "leave it out" if neutral in (None, False) else f"leave it out or use {neutral!r}"
+    raise ValueError(f"{name}={value!r} is not supported by agentrt; {hint}")
+
+
+class ChatMessage(BaseModel):
+    """One message of the conversation, passed on to :func:`agentrt.chat.prepare_chat`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    """The arguments' JSON schema; decoding is constrained to it."""
+
+
+class ToolSpec(BaseModel):
+    """A tool the model may call (OpenAI's ``{"type": "function", "function": {...}}``)."""
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class ChatCompletionRequest(_SamplingRequest):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolSpec] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    """OpenAI's newer name of ``max_tokens``; wins when both are given."""
+
+    @property
+    def output_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def output_format(self) -> dict[str, Any] | None:
+        """``response_format`` for the chat layer (``{"type": "text"}`` = None)."""
+        fmt = self.response_format
+        return None if not fmt or fmt.get("type") == "text" else fmt
+
+
+class CompletionRequest(_SamplingRequest):
+    """``POST /v1/completions`` (the legacy text completion API)."""
+
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
+    max_tokens: int = Field(16, ge=1)
+    best_of: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+
+    @field_validator("best_of", "echo", "suffix")
+    @classmethod
+    def _supported_here(cls, value: Any, info: Any) -> Any:
+        return _check_supported(info.field_name, value)
+
+    @property
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts of the request: one text or token-id list each."""
+        p = self.prompt
+        if isinstance(p, str) or isinstance(p[0], int):
+            return [p]  # type: ignore[list-item]
+        return list(p)  # type: ignore[arg-type]
+
+
+# --- answers ------------------------------------------------------------------------------------
+class _Sparse(BaseModel):
+    """Dumped without its unset (None) fields, as OpenAI's stream deltas are."""
+
+    @model_serializer(mode="wrap")
+    def _drop_none(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def of(cls, num_prompt_tokens: int, num_output_tokens: int) -> Usage:
+        return cls(prompt_tokens=num_prompt_tokens, completion_tokens=num_output_tokens,
+                   total_tokens=num_prompt_tokens + num_output_tokens)
+
+
+class FunctionCall(_Sparse):
+    name: str | None = None
+    arguments: str | None = None
+    """The arguments as a JSON string (a fragment of it in a stream delta)."""
+
+
+class ToolCall(_Sparse):
+    index: int | None = None
+    """Only in stream deltas: which call of the message the fragment belongs to."""
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCall
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+def _created() -> int:
+    return int(time.time())
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=_created)
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class DeltaMessage(_Sparse):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: DeltaMessage
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    """A whole answer, or (``usage`` None but in the last) one chunk of a streamed one."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=_created)
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=_created)
+    owned_by: str = "agentrt"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
