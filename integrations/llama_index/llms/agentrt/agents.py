@@ -1,0 +1,66 @@
+"""Run LlamaIndex workflow agents as agentrt sessions: KV kept across tool calls.
+
+A ``FunctionAgent`` or ``ReActAgent`` calls the LLM once per step with a prompt that
+re-renders the whole history. Inside :func:`agent_session` every call of an ``AgentRT``
+continues one paused-and-resumed engine request (:mod:`agentrt.session`): the model's own
+tokens stay in the KV cache and each step prefills only what the framework appended — the
+tool's result, the next instruction. The scope is a context variable: ``agent.run()``
+started inside the block runs its workflow in an asyncio task created there, which inherits
+it, and so do the step tasks that task creates. So the whole run — starting it, reading its
+events, awaiting its result — belongs inside the block, which frees the run's KV at its end::
+
+    with agent_session(agent) as scope:
+        handler = agent.run(user_msg="...")
+        async for event in handler.stream_events():
+            ...
+        result = await handler
+    scope.stats  # prompt tokens re-rendered vs prefilled
+
+LlamaIndex agents do not always re-render what they sent: a ``ReActAgent`` writes a turn's
+reasoning back to memory as one message (its action input as a Python dict), a memory drops
+its oldest messages past its token limit. So a call continues the session it shares the
+longest prefix with — at least :data:`MIN_SHARED_TOKENS` — however far back the prompts part;
+the session rolls the rest back and prefills the new prompt from there.
+
+For a ``ReActAgent`` on a constrained ``AgentRT`` the run's calls also follow the ReAct
+grammar (:mod:`~llama_index.llms.agentrt.react`), so every step parses.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from llama_index.llms.agentrt.base import AgentRT
+from llama_index.llms.agentrt.react import react_grammar
+
+from agentrt.session import SessionScope, agent_run
+
+__all__ = ["MIN_SHARED_TOKENS", "agent_session"]
+
+MIN_SHARED_TOKENS = 64
+"""A call shorter in common with every session opens a new one (another agent's call shares
+only the chat template's first tokens and must not take over this agent's context)."""
+
+
+@contextmanager
+def agent_session(agent: Any = None) -> Iterator[SessionScope]:
+    """A session scope for the agent runs started inside the block (see the module docs);
+    ``agent`` (optional) lets the scope constrain a ReAct agent's steps to its tools."""
+    scope = SessionScope(min_shared_tokens=MIN_SHARED_TOKENS, seam_slack=sys.maxsize)
+    scope.grammar = _react_grammar_for(agent)
+    with agent_run(scope):
+        yield scope
+
+
+def _react_grammar_for(agent: Any) -> str | None:
+    from llama_index.core.agent.workflow import ReActAgent
+
+    if not isinstance(agent, ReActAgent) or not agent.tools or agent.tool_retriever:
+        return None  # NOTE: retrieved tools are not known in advance: no grammar
+    llm = agent.llm
+    if not isinstance(llm, AgentRT) or not llm.constrained:
+        return None
+    return react_grammar(agent.tools)

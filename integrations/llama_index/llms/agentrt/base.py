@@ -1,0 +1,226 @@
+"""AgentRT: a LlamaIndex ``FunctionCallingLLM`` that runs on agentrt's in-process engine.
+
+The LlamaIndex twin of ``langchain_agentrt.ChatAgentRT``, over the same chat layer
+(:mod:`agentrt.chat`): messages are rendered with the model's own chat template, tool calls
+are written in the ``<tool_call>`` JSON form and — with tools bound and ``constrained=True``
+— grammar-constrained so that every call names a given tool with arguments that match its
+schema (``tool_required=True`` or a ``tool_choice`` name forces a call). ``chat`` and
+``stream_chat`` share one output parser, so a streamed answer adds up to the whole one and
+the last streamed response carries the complete tool calls. Inside
+:func:`~llama_index.llms.agentrt.agent_session` (or :func:`agentrt.session.agent_run`) an
+agent's calls continue one engine request whose KV is kept across tool calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.llms.generic_utils import (
+    achat_to_completion_decorator,
+    astream_chat_to_completion_decorator,
+    chat_to_completion_decorator,
+    stream_chat_to_completion_decorator,
+)
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.llms.agentrt.generation import Progress, prepare_call
+from llama_index.llms.agentrt.messages import keep_first_call, tool_selections
+
+from agentrt import DEFAULT_MODEL, SamplingParams, env
+from agentrt.chat import arun_deltas, get_shared_engine, run_deltas
+
+if TYPE_CHECKING:
+    from llama_index.core.tools.types import BaseTool
+
+    from agentrt import Engine
+
+__all__ = ["AgentRT"]
+
+_DEFAULT_MAX_TOKENS = SamplingParams().max_tokens
+
+
+class AgentRT(FunctionCallingLLM):
+    """LLM on a local agentrt engine (default: the embedded SmolLM2-135M-Instruct).
+
+    >>> llm = AgentRT(max_tokens=64)                  # shares one engine per process
+    >>> llm.complete("What is the capital of France?").text
+    >>> llm.chat_with_tools([calculator], user_msg="17 * 23?", tool_required=True)
+
+    Pass ``engine=`` to use an engine you built; otherwise all instances with the same
+    ``model`` and ``engine_kwargs`` share one, loaded on first use.
+    """
+
+    model: str | None = Field(
+        default_factory=env.default_model,
+        description="Local Hugging Face folder or .gguf file; default $AGENTRT_MODEL, else "
+                    "(None) agentrt's embedded default model.")
+    engine: Any = Field(default=None, exclude=True,
+                        description="An agentrt.Engine to run on; None = the shared engine.")
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="EngineConfig options of the shared engine.")
+    temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy (deterministic).")
+    max_tokens: int | None = Field(
+        default=None, gt=0, description="Most tokens to generate per call; None = 256.")
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = Field(default=None, description="Seed used when temperature > 0.")
+    stop: list[str] | None = Field(default=None, description="Strings that end generation.")
+    timeout: float | None = Field(
+        default=None, description="Seconds one call may take (then aborted, TimeoutError).")
+    constrained: bool = Field(
+        default=True, description="Grammar-constrain tool calls (needs xgrammar).")
+    context_window: int | None = Field(
+        default=None, description="Tokens of prompt + output; None = the engine's limit.")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "AgentRT_llm"
+
+    # --- metadata ------------------------------------------------------------------------------
+    @property
+    def metadata(self) -> LLMMetadata:
+        """Chat and function-calling model; the context window is the engine's (loads it)."""
+        return LLMMetadata(
+            context_window=self.context_window or self.get_engine().core.max_model_len,
+            num_output=self.max_tokens or _DEFAULT_MAX_TOKENS, is_chat_model=True,
+            is_function_calling_model=True, model_name=self.model_name)
+
+    @property
+    def model_name(self) -> str:
+        """The model's name, as reported in ``metadata`` and ``raw["model"]``."""
+        if self.engine is not None:
+            return self.engine.config.model or DEFAULT_MODEL
+        return self.model or DEFAULT_MODEL
+
+    def get_engine(self) -> Engine:
+        """The engine this LLM runs on (the shared one of ``model``, loaded on first use)."""
+        if self.engine is not None:
+            return self.engine
+        return get_shared_engine(self.model, **self.engine_kwargs)
+
+    # --- chat ----------------------------------------------------------------------------------
+    def _progress(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Progress:
+        call = prepare_call(self, self.get_engine(), messages, kwargs)
+        return Progress(call, self.model_name)
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        progress = self._progress(messages, kwargs)
+        for delta in run_deltas(progress.call):
+            progress.feed(delta)
+        progress.annotate_session()
+        return progress.response()
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        progress = self._progress(messages, kwargs)
+        async for delta in arun_deltas(progress.call):
+            progress.feed(delta)
+        progress.annotate_session()
+        return progress.response()
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        progress = self._progress(messages, kwargs)
+
+        def gen() -> ChatResponseGen:
+            for delta in run_deltas(progress.call):
+                response = progress.chunk(delta)
+                if response is not None:
+                    yield response
+            progress.annotate_session()
+
+        return gen()
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage],
+                           **kwargs: Any) -> ChatResponseAsyncGen:
+        progress = self._progress(messages, kwargs)
+
+        async def gen() -> ChatResponseAsyncGen:
+            async for delta in arun_deltas(progress.call):
+                response = progress.chunk(delta)
+                if response is not None:
+                    yield response
+            progress.annotate_session()
+
+        return gen()
+
+    # --- completion: a one-message chat ---------------------------------------------------------
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return chat_to_completion_decorator(self.chat)(prompt, **kwargs)
+
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False,
+                        **kwargs: Any) -> CompletionResponse:
+        return await achat_to_completion_decorator(self.achat)(prompt, **kwargs)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False,
+                        **kwargs: Any) -> CompletionResponseGen:
+        return stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
+
+    @llm_completion_callback()
+    async def astream_complete(self, prompt: str, formatted: bool = False,
+                               **kwargs: Any) -> CompletionResponseAsyncGen:
+        return await astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
+
+    # --- tools ---------------------------------------------------------------------------------
+    def _prepare_chat_with_tools(
+        self, tools: Sequence[BaseTool], user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None, verbose: bool = False,
+        allow_parallel_tool_calls: bool = False, tool_required: bool = False,
+        tool_choice: str | dict[str, Any] | None = None, **kwargs: Any,
+    ) -> dict[str, Any]:
+        """The ``chat`` arguments for a call with ``tools``.
+
+        ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``, a tool's name or OpenAI's
+        dict form; when None, ``tool_required`` picks ``"required"`` over ``"auto"``. With
+        ``constrained=True`` the choice and the argument schemas are enforced by the grammar.
+        """
+        specs = [t.metadata.to_openai_tool(skip_length_check=True) for t in tools]
+        messages = list(chat_history or [])
+        if isinstance(user_msg, str):
+            user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
+        if user_msg is not None:
+            messages.append(user_msg)
+        if tool_choice is None and specs:
+            tool_choice = "required" if tool_required else "auto"
+        return {"messages": messages, "tools": specs, "tool_choice": tool_choice,
+                "parallel_tool_calls": allow_parallel_tool_calls, **kwargs}
+
+    def _validate_chat_with_tools_response(
+        self, response: ChatResponse, tools: Sequence[BaseTool],
+        allow_parallel_tool_calls: bool = False, **kwargs: Any,
+    ) -> ChatResponse:
+        """One call per answer unless parallel calls are allowed (the grammar already stops
+        after one when constrained)."""
+        if not allow_parallel_tool_calls:
+            keep_first_call(response.message)
+        return response
+
+    def get_tool_calls_from_response(self, response: ChatResponse,
+                                     error_on_no_tool_call: bool = True,
+                                     **kwargs: Any) -> list[ToolSelection]:
+        """The tool calls of ``response`` (of a streamed one: as far as they are written)."""
+        calls = tool_selections(response.message)
+        if not calls and error_on_no_tool_call:
+            invalid = (response.raw or {}).get("invalid_tool_calls") or []
+            detail = f"; invalid calls: {invalid}" if invalid else ""
+            raise ValueError(f"Expected at least one tool call, but got 0 tool calls{detail}.")
+        return calls

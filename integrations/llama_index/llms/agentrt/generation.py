@@ -1,0 +1,89 @@
+"""One AgentRT call: LlamaIndex messages + options → :mod:`agentrt.chat` → ``ChatResponse`` s.
+
+:func:`prepare_call` merges the per-call options over the model's fields and hands messages,
+tools and sampling options to :func:`agentrt.chat.prepare_chat`; the call runs through
+:func:`~agentrt.chat.run_deltas` (through the agent run's session inside
+:func:`agentrt.session.agent_run`); :class:`Progress` turns the shared
+:class:`~agentrt.chat.ChatProgress` into streamed responses (text ``delta`` + the message so
+far, tool calls included as they are written) or one final response — the last streamed
+response *is* the final one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse
+from llama_index.llms.agentrt.messages import assistant_message, to_openai_messages
+
+from agentrt.chat import ChatCall, ChatProgress, prepare_chat
+from agentrt.session import current_scope
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from llama_index.llms.agentrt.base import AgentRT
+
+    from agentrt import Engine, StreamDelta
+
+__all__ = ["Progress", "prepare_call"]
+
+_SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "stop", "timeout")
+_BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
+
+
+def prepare_call(llm: AgentRT, engine: Engine, messages: Sequence[ChatMessage],
+                 kwargs: dict[str, Any]) -> ChatCall:
+    """Render, tokenize and parameterize one call (``kwargs``: per-call options)."""
+    unknown = sorted(set(kwargs) - set(_SAMPLING + _BINDINGS))
+    if unknown:
+        raise ValueError(f"AgentRT got unsupported arguments {unknown}; it takes "
+                         f"{sorted(_SAMPLING + _BINDINGS)}")
+    options = {k: kwargs[k] if kwargs.get(k) is not None else getattr(llm, k)
+               for k in _SAMPLING}
+    options["stop"] = options["stop"] or ()
+    return prepare_chat(
+        engine, to_openai_messages(messages), tools=kwargs.get("tools") or (),
+        tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
+        parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),
+        constrained=llm.constrained, **options)
+
+
+class Progress(ChatProgress):
+    """A call's progress as LlamaIndex ``ChatResponse`` s."""
+
+    def __init__(self, call: ChatCall, model_name: str) -> None:
+        super().__init__(call)
+        self.model_name = model_name
+        self._partial: dict[int, dict[str, Any]] = {}  # index → {"id", "name", "args": str}
+
+    def chunk(self, delta: StreamDelta) -> ChatResponse | None:
+        """The streamed response after ``delta`` (None when it completed nothing)."""
+        piece = self.feed(delta)
+        for c in piece.tool_call_chunks:
+            call = self._partial.setdefault(c["index"], {"id": c["id"], "name": None, "args": ""})
+            call["name"] = call["name"] or c["name"]
+            call["args"] += c["args"] or ""
+        if delta.finished:
+            return self.response(delta=piece.content)
+        if not piece:
+            return None
+        calls = [c for c in self._partial.values() if c["name"]]
+        return ChatResponse(message=assistant_message(self.content, calls), delta=piece.content)
+
+    def response(self, delta: str | None = None) -> ChatResponse:
+        """The whole answer (after the last delta), usage in ``raw`` and ``additional_kwargs``."""
+        usage = {"prompt_tokens": self.num_prompt_tokens,
+                 "completion_tokens": self.num_output_tokens,
+                 "total_tokens": self.num_prompt_tokens + self.num_output_tokens}
+        raw = {"model": self.model_name, "usage": usage, "finish_reason": self.finish_reason,
+               "invalid_tool_calls": self.invalid_tool_calls}
+        return ChatResponse(message=assistant_message(self.content, self.tool_calls),
+                            delta=delta, raw=raw, additional_kwargs=dict(usage))
+
+    def annotate_session(self) -> None:
+        """Inside an agent run, after the call: tell the engine which tool the paused request
+        now waits for (its interception policy learns each tool's duration by name)."""
+        scope = current_scope()
+        if scope is not None and self.tool_calls:
+            scope.annotate_last(self.tool_calls[0]["name"])

@@ -1,0 +1,44 @@
+"""LlamaIndex's ReAct format as a grammar, so that every step of a ``ReActAgent`` parses.
+
+``ReActAgent`` asks the model (through plain ``chat``, no tools bound) for
+``Thought: <one line>`` and then either ``Action: <tool>`` / ``Action Input: <JSON kwargs>``
+or ``Answer: <answer>``. A small model breaks that format often, and every break costs an
+iteration. :func:`react_grammar` writes the format as an xgrammar structural tag — each
+tool's ``Action Input`` is JSON of that tool's schema — and returns it as EBNF, the form
+:attr:`agentrt.session.SessionScope.grammar` takes; inside
+:func:`~llama_index.llms.agentrt.agent_session` a constrained ``AgentRT`` follows it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["react_grammar"]
+
+_MAX_JSON_WHITESPACE = 1  # NOTE: as in agentrt.chat.grammar: no runaway whitespace
+
+
+def react_grammar(tools: Sequence[Any]) -> str:
+    """The EBNF of one ReAct turn with these LlamaIndex tools (needs xgrammar)."""
+    import xgrammar as xgr
+
+    if not tools:
+        raise ValueError("a ReAct grammar needs at least one tool")
+    actions = [_action(t.metadata.get_name(), t.metadata.get_parameters_dict()) for t in tools]
+    answer = {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "Answer: "}, {"type": "any_text"}]}
+    thought = {"type": "tag", "begin": "Thought: ", "content": {"type": "any_text"},
+               "end": "\n"}
+    turn = {"type": "sequence",
+            "elements": [thought, {"type": "or", "elements": [*actions, answer]}]}
+    tag = {"type": "structural_tag", "format": turn}
+    return str(xgr.Grammar.from_structural_tag(json.dumps(tag)))
+
+
+def _action(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tag", "begin": f"Action: {name}\nAction Input: ",
+            "content": {"type": "json_schema", "json_schema": parameters,
+                        "max_whitespace_cnt": _MAX_JSON_WHITESPACE},
+            "end": ""}
