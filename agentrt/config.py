@@ -18,6 +18,10 @@ class EngineConfig:
     """Model name or local folder; None = the embedded default (SmolLM2-135M-Instruct)."""
     dtype: DType = "auto"
     """Weight and KV dtype; "auto" = float32 on CPU (see README: measured choice)."""
+    quantization: str = "none"
+    """Weight format of the linear layers: a name in :data:`agentrt.models.linear.LINEARS`
+    ("none" = ``dtype``; "int8" / "int4" = GGUF Q8_0 / Q4_1 groups and agentrt's AVX2 decode
+    kernels, float32 compute only)."""
     block_size: int = 16
     """Tokens per KV block (page)."""
     num_blocks: int | None = None
@@ -35,7 +39,8 @@ class EngineConfig:
     enable_prefix_cache: bool = True
     """Reuse KV of earlier requests that share a prompt prefix."""
     attention_backend: str = "torch"
-    """Name in :data:`agentrt.attention.BACKENDS`."""
+    """Name in :data:`agentrt.attention.BACKENDS`: "torch", "torch_cascade" (a prefix shared by
+    several requests is attended once per group), "flashinfer", "flashinfer_cascade"."""
     num_threads: int | None = None
     """torch intra-op threads; None = leave torch's default."""
     interception_handling: str = "least-waste"
@@ -63,6 +68,16 @@ class EngineConfig:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"unknown dtype {self.dtype!r}")
         self._check_policies()
+        from agentrt.attention import BACKENDS
+        from agentrt.models.linear import LINEARS
+
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"unknown attention_backend {self.attention_backend!r}; "
+                             f"choose from {sorted(BACKENDS)}")
+
+        if self.quantization not in LINEARS:
+            raise ValueError(f"unknown quantization {self.quantization!r}; "
+                             f"choose from {sorted(LINEARS)}")
 
     def _check_policies(self) -> None:
         from agentrt.intercept import HANDLINGS, POLICIES

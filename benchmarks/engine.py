@@ -1,5 +1,7 @@
 """Engine benchmark: agentrt vs Hugging Face transformers (and llama.cpp when installed).
 
+agentrt runs once per ``--quantization`` (float32 weights, and its int8 / int4 kernels).
+
 One run measures every engine on the same model (default SmolLM2-135M-Instruct), the same
 token ids and the same dtype, and prints them side by side with the ratios agentrt / peer:
 
@@ -24,7 +26,7 @@ package's quantized GGUF (a different weight format), so only its speed is compa
 Prompts are slices of a fixed text (module docstrings of the Python standard library),
 tokenized once with the model's tokenizer; every engine receives the same ids.
 
-    python benchmarks/engine.py                 # float32 on both sides
+    python benchmarks/engine.py                 # float32 on both sides, + agentrt int8/int4
     python benchmarks/engine.py --dtype bfloat16 --no-llamacpp
 """
 
@@ -92,17 +94,18 @@ class Runner(Protocol):
 
 
 class AgentrtRunner:
-    name = "agentrt"
     can_batch = True
 
-    def __init__(self, dtype: str, work: Workload) -> None:
+    def __init__(self, dtype: str, work: Workload, quantization: str = "none") -> None:
         from agentrt import EngineConfig, LLMEngine
 
+        self.name = "agentrt" if quantization == "none" else f"agentrt {quantization}"
         budget = max(2048, len(work.prefill), sum(map(len, work.decode)))
         self.core = LLMEngine(EngineConfig(
             dtype=dtype, max_num_seqs=max(8, len(work.decode)), max_num_batched_tokens=budget,
-            enable_prefix_cache=False,
+            enable_prefix_cache=False, quantization=quantization, profile_on_start=False,
         ))
+        self.step_bytes = step_weight_bytes(self.core.model)
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
         from agentrt import SamplingParams
@@ -186,10 +189,23 @@ class LlamaCppRunner:
         self.llm.close()
 
 
+def step_weight_bytes(model) -> int:
+    """Bytes of weights one decode step reads: every linear layer and the output head."""
+    def nbytes(linear) -> int:
+        if hasattr(linear, "nbytes"):
+            return linear.nbytes
+        return linear.weight.numel() * linear.weight.element_size()
+
+    layers = [x for layer in model.layers for x in (layer.qkv, layer.o_proj, layer.gate_up,
+                                                    layer.down)]
+    return sum(map(nbytes, layers)) + nbytes(model.lm_head)
+
+
 # --- measurement ---------------------------------------------------------------------------
 @dataclass
 class Result:
     name: str
+    step_bytes: int | None = None
     prefill_tps: float | None = None
     decode1_tps: float | None = None
     decode_batch_tps: float | None = None
@@ -236,7 +252,7 @@ def decode_rates(runners: list[Runner], prompts: list[list[int]], args: argparse
 
 
 def measure(runners: list[Runner], work: Workload, args: argparse.Namespace) -> list[Result]:
-    results = {r.name: Result(r.name) for r in runners}
+    results = {r.name: Result(r.name, getattr(r, "step_bytes", None)) for r in runners}
     for name, t in interleaved_timings(runners, [work.prefill], 1, args.repeats).items():
         results[name].prefill_tps = len(work.prefill) / t.seconds
     progress("prefill", results, "prefill_tps")
@@ -291,28 +307,37 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
-    rows = [
-        (f"prefill tok/s ({args.prompt_len}-token prompt)", "prefill_tps"),
-        ("decode tok/s, batch 1", "decode1_tps"),
-        (f"decode tok/s, batch {args.batch} (aggregate)", "decode_batch_tps"),
-    ]
-    ours, peers = results[0], results[1:]
-    header = ["metric", ours.name]
-    for p in peers:
-        header += [p.name, f"agentrt/{p.name}"]
-    lines = [header]
-    for label, attr in rows:
-        line = [label, fmt(getattr(ours, attr))]
-        for p in peers:
-            line += [fmt(getattr(p, attr)), ratio(getattr(ours, attr), getattr(p, attr))]
-        lines.append(line)
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    """One row per engine, then every agentrt row over every peer."""
+    metrics = [(f"prefill tok/s ({args.prompt_len})", "prefill_tps"),
+               ("decode tok/s, batch 1", "decode1_tps"),
+               (f"decode tok/s, batch {args.batch}", "decode_batch_tps")]
+    ours = [r for r in results if r.name.startswith("agentrt")]
+    peers = [r for r in results if not r.name.startswith("agentrt")]
+    lines = [["engine", *(label for label, _ in metrics)]]
+    lines += [[r.name, *(fmt(getattr(r, a)) for _, a in metrics)] for r in results]
+    lines += [[f"{o.name} / {p.name}", *(ratio(getattr(o, a), getattr(p, a)) for _, a in metrics)]
+              for p in peers for o in ours]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     for k, line in enumerate(lines):
         cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
                  enumerate(zip(line, widths, strict=True))]
         print("| " + " | ".join(cells) + " |")
         if k == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    print_targets(ours, peers, args)
+
+
+def print_targets(ours: list[Result], peers: list[Result], args: argparse.Namespace) -> None:
+    """Issue 8's targets: batch-1 decode >= llama.cpp's; batch-B aggregate >= 3x its batch 1."""
+    llama = next((p for p in peers if p.name == LlamaCppRunner.name), None)
+    if llama is None or llama.decode1_tps is None:
+        return
+    for o in ours:
+        b1 = o.decode1_tps / llama.decode1_tps
+        bb = o.decode_batch_tps / (3 * llama.decode1_tps)
+        print(f"targets, {o.name}: batch-1 decode {b1:.2f}x llama.cpp's (target >= 1: "
+              f"{'met' if b1 >= 1 else 'not met'}); batch-{args.batch} aggregate "
+              f"{bb:.2f}x 3 x llama.cpp batch 1 (target >= 1: {'met' if bb >= 1 else 'not met'})")
 
 
 def print_greedy_check(ours: Result, hf: Result | None) -> None:
@@ -347,11 +372,15 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def print_floor(model_path: Path, dtype: str) -> None:
-    nbytes = weight_bytes(model_path, dtype)
+def print_floor(results: list[Result], model_path: Path, dtype: str) -> None:
+    """The batch-1 ceiling each engine's weight bytes allow at this machine's read bandwidth."""
     bw = read_bandwidth_gbs()
-    print(f"memory-bandwidth floor (batch-1 decode): {nbytes / 1e6:,.0f} MB of {dtype} weights "
-          f"per token / {bw:.1f} GB/s read (torch sum over 1 GiB) ≈ {bw * 1e9 / nbytes:.1f} tok/s")
+    print(f"memory-bandwidth floor (batch-1 decode), {bw:.1f} GB/s read (torch sum over 1 GiB):")
+    print(f"  {dtype} checkpoint: {weight_bytes(model_path, dtype) / 1e6:,.0f} MB of weights")
+    for r in results:
+        if r.step_bytes:
+            print(f"  {r.name}: {r.step_bytes / 1e6:,.0f} MB read per token -> at most "
+                  f"{bw * 1e9 / r.step_bytes:.1f} tok/s (measured {fmt(r.decode1_tps)})")
 
 
 # --- main ----------------------------------------------------------------------------------
@@ -371,6 +400,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=torch.get_num_threads(),
                    help="torch threads (agentrt and HF) and llama.cpp n_threads "
                         "(default: %(default)s, torch's default)")
+    p.add_argument("--quantization", default="none,int8,int4",
+                   help="agentrt runs, comma-separated EngineConfig.quantization values "
+                        "(int8/int4 need float32; default: %(default)s)")
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers")
     p.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp")
     p.add_argument("--no-floor", action="store_true", help="skip the bandwidth-floor line")
@@ -387,7 +419,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def make_runners(args: argparse.Namespace, model_path: Path, tokenizer, work: Workload
                  ) -> list[Runner]:
     """agentrt first, then the peers that are asked for and available."""
-    runners: list[Runner] = [AgentrtRunner(args.dtype, work)]
+    runners: list[Runner] = [AgentrtRunner(args.dtype, work, q)
+                             for q in args.quantization.split(",")]
     if args.no_hf:
         print("HF transformers: skipped (--no-hf)")
     else:
@@ -444,7 +477,7 @@ def main(argv: list[str] | None = None) -> None:
     hf = next((r for r in results if r.name == HFRunner.name), None)
     print_greedy_check(results[0], hf)
     if not args.no_floor:
-        print_floor(model_path, args.dtype)
+        print_floor(results, model_path, args.dtype)
     print(f"load average at the end: {load_average()} (well above 0: other processes shared "
           "the CPU, absolute numbers are below an idle machine's; interleaving keeps the ratios "
           "fairer)")

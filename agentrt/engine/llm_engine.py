@@ -89,7 +89,7 @@ class LLMEngine:
 
     def _init_model(self) -> None:
         dtype = _DTYPES["float32" if self.config.dtype == "auto" else self.config.dtype]
-        loaded = load_model(self.config.model, dtype)
+        loaded = load_model(self.config.model, dtype, self.config.quantization)
         self.model_path, self.model_config = loaded.path, loaded.config
         self.model, self.tokenizer, self.dtype = loaded.model, loaded.tokenizer, dtype
         self.eos_token_ids = set(loaded.config.eos_token_ids)

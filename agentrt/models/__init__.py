@@ -47,12 +47,15 @@ def load_tokenizer(folder: Path):
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Resolve ``model`` (see :func:`resolve_model`), read its weights and tokenizer."""
+def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float32,
+               quantization: str = "none") -> LoadedModel:
+    """Resolve ``model`` (see :func:`resolve_model`), read its weights and tokenizer;
+    ``quantization`` names the linear layers' weight format (``LINEARS``)."""
     folder = resolve_model(model)
     config = ModelConfig.from_folder(folder)
     weights = _read_safetensors(folder)
-    return LoadedModel(folder, config, LlamaModel(config, weights, dtype), load_tokenizer(folder))
+    net = LlamaModel(config, weights, dtype, quantization)
+    return LoadedModel(folder, config, net, load_tokenizer(folder))
 
 
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

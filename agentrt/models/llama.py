@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from agentrt.attention.base import AttentionBackend
 from agentrt.models.config import ModelConfig
+from agentrt.models.linear import HEAD, Linear, get_linear
 from agentrt.models.rope import apply_rope, rope_tables
 
 __all__ = ["LlamaModel"]
@@ -28,55 +29,26 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(x.dtype)
 
 
-class SmallBatchLinear:
-    """``h @ weight.T`` with a oneDNN-prepacked copy of ``weight`` for decode-sized batches.
-
-    NOTE: for 2..32 rows, CPU GEMM on a plain weight re-packs the whole weight on every call,
-    which makes a batch-8 step stream the weights about twice; a weight packed once at load
-    time (``torch.ops.mkldnn._reorder_linear_weight``) avoids that. One row (a GEMV) and
-    prefill-sized inputs use ``F.linear`` on the plain weight. Falls back to ``F.linear`` when
-    oneDNN is unavailable.
-    """
-
-    MIN_ROWS, MAX_ROWS = 2, 32
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        self.weight, self.bias = weight, bias
-        self.packed = _pack(weight) if weight.dtype == torch.float32 else None
-
-    def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None and self.MIN_ROWS <= h.shape[0] <= self.MAX_ROWS:
-            return torch.ops.mkldnn._linear_pointwise(h, self.packed, self.bias, "none", [], "")
-        return F.linear(h, self.weight, self.bias)
-
-
-def _pack(weight: torch.Tensor) -> torch.Tensor | None:
-    try:
-        if not torch.backends.mkldnn.is_available():
-            return None
-        return torch.ops.mkldnn._reorder_linear_weight(weight, 8)
-    except (RuntimeError, AttributeError):
-        return None
-
-
 @dataclass
 class _Layer:
     input_norm: torch.Tensor
-    qkv: SmallBatchLinear  # (q + 2 kv, hidden), + bias for Qwen2
+    qkv: Linear  # (q + 2 kv, hidden), + bias for Qwen2
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
-    o_proj: SmallBatchLinear
+    o_proj: Linear
     post_norm: torch.Tensor
-    gate_up: SmallBatchLinear  # (2 * intermediate, hidden)
-    down: SmallBatchLinear
+    gate_up: Linear  # (2 * intermediate, hidden)
+    down: Linear
 
 
 class LlamaModel:
     """Weights plus the forward pass; attention goes through an :class:`AttentionBackend`."""
 
-    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype):
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                 quantization: str = "none"):
         self.config = config
         self.dtype = dtype
+        self.quantization = quantization
         self._init_weights(weights)
         cos, sin = rope_tables(
             config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
@@ -86,6 +58,7 @@ class LlamaModel:
 
     def _init_weights(self, w: dict[str, torch.Tensor]) -> None:
         c = self.config
+        linear = get_linear(self.quantization, self.dtype)
 
         def get(name: str) -> torch.Tensor:
             return w[name].to(self.dtype).contiguous()
@@ -96,7 +69,8 @@ class LlamaModel:
         self.embed = get("model.embed_tokens.weight")
         self.norm = get("model.norm.weight")
         tied = c.tie_word_embeddings or "lm_head.weight" not in w
-        self.lm_head = SmallBatchLinear(self.embed if tied else get("lm_head.weight"))
+        head = get_linear(HEAD.get(self.quantization, self.quantization), self.dtype)
+        self.lm_head = head(self.embed if tied else get("lm_head.weight"))
         self.layers = []
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
@@ -104,16 +78,16 @@ class LlamaModel:
             qkv_b = [opt(attn + f"{n}_proj.bias") for n in "qkv"]
             self.layers.append(_Layer(
                 input_norm=get(p + "input_layernorm.weight"),
-                qkv=SmallBatchLinear(
+                qkv=linear(
                     torch.cat([get(attn + f"{n}_proj.weight") for n in "qkv"]),
                     torch.cat(qkv_b) if all(b is not None for b in qkv_b) else None),
                 q_norm=opt(attn + "q_norm.weight"),
                 k_norm=opt(attn + "k_norm.weight"),
-                o_proj=SmallBatchLinear(get(attn + "o_proj.weight")),
+                o_proj=linear(get(attn + "o_proj.weight")),
                 post_norm=get(p + "post_attention_layernorm.weight"),
-                gate_up=SmallBatchLinear(
+                gate_up=linear(
                     torch.cat([get(mlp + "gate_proj.weight"), get(mlp + "up_proj.weight")])),
-                down=SmallBatchLinear(get(mlp + "down_proj.weight")),
+                down=linear(get(mlp + "down_proj.weight")),
             ))
 
     @torch.inference_mode()

@@ -1,0 +1,177 @@
+"""FlashInferBackend: paged attention on FlashInfer's wrappers behind the backend interface.
+
+``plan`` (once per step) builds the wrappers' arguments from agentrt's metadata and plans one
+wrapper: ``BatchDecodeWithPagedKVCacheWrapper`` when every request decodes one token,
+``BatchPrefillWithPagedKVCacheWrapper`` for mixed prefill/decode steps, and — in the cascade
+variant, when requests share prefix pages — ``MultiLevelCascadeAttentionWrapper``. ``forward``
+(once per layer) appends the new K/V with ``append_paged_kv_cache`` and runs the planned
+wrapper. All wrappers share one workspace buffer; only one runs per step.
+
+``flashinfer`` is imported when a backend is built, never at import time. Without it, or with
+a KV cache FlashInfer cannot serve (on CPU, or float32), ``impl="auto"`` falls back with a
+warning to the ``ref_*`` torch twins, which read exactly the same arguments;
+``impl="flashinfer"`` raises instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+from types import ModuleType
+from typing import Literal
+
+import torch
+
+from agentrt.attention.base import AttentionBackend, AttentionMetadata, KVCacheTensors
+from agentrt.attention.cascade import PagedLevel, split_cascade
+from agentrt_kernels.cascade import CascadePlanArgs, cascade_plan_args, ref_cascade_attention
+from agentrt_kernels.paged import (
+    KV_LAYOUT,
+    AppendIndices,
+    HeadLayout,
+    PlanArgs,
+    append_indices,
+    flashinfer_plan_args,
+    ref_append_paged_kv_cache,
+    ref_batch_prefill,
+)
+
+__all__ = ["FlashInferBackend", "FlashInferCascadeBackend", "load_flashinfer"]
+
+WORKSPACE_BYTES = 128 * 1024 * 1024
+"""Float workspace for split-KV partial results (FlashInfer's recommended 128 MB)."""
+
+Impl = Literal["auto", "flashinfer", "reference"]
+StepArgs = PlanArgs | CascadePlanArgs
+
+
+def load_flashinfer() -> ModuleType:
+    """Import ``flashinfer``, or raise an ImportError that says how to install it."""
+    try:
+        import flashinfer
+    except ImportError as e:
+        raise ImportError("the flashinfer attention backend needs FlashInfer and a CUDA GPU: "
+                          "pip install 'agentrt[gpu]'") from e
+    return flashinfer
+
+
+class FlashInferBackend(AttentionBackend):
+    """Paged attention with FlashInfer: plan once per step, run once per layer."""
+
+    name = "flashinfer"
+
+    def __init__(self, kv: KVCacheTensors, num_heads: int, head_dim: int, *,
+                 impl: Impl = "auto", cascade: bool = False,
+                 workspace_bytes: int = WORKSPACE_BYTES) -> None:
+        super().__init__(kv, num_heads, head_dim)
+        self.heads = HeadLayout(num_heads, kv.k.shape[3], head_dim, kv.k.dtype)
+        self.cascade = cascade
+        """Plan the cascade wrapper when requests in a step share prefix pages."""
+        self.num_cascade_steps = 0
+        self.kernels = _load_kernels(impl, kv, workspace_bytes)
+
+    def plan(self, meta: AttentionMetadata) -> None:
+        device = self.kv.k.device
+        self._append = append_indices(meta).to(device)
+        self._table = PagedLevel.from_metadata(meta).to(device)
+        split = split_cascade(meta) if self.cascade else None
+        if split is None:
+            self._step: StepArgs = flashinfer_plan_args(self._table, self.heads, device)
+            self._row_order = None
+        else:
+            self._step = cascade_plan_args(split, self.heads, device)
+            self._row_order = self._step.row_order
+            self.num_cascade_steps += 1
+        self.kernels.plan(self._step)
+
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> torch.Tensor:
+        cache = (self.kv.k[layer], self.kv.v[layer])  # NHD: (P, page_size, KVH, D) each
+        self.kernels.append(k, v, self._append, cache, self._table)
+        order = self._row_order
+        if order is None:
+            return self.kernels.run(q, cache)
+        out = self.kernels.run(q.index_select(0, order), cache)  # wrapper row order
+        return torch.empty_like(out).index_copy_(0, order, out)
+
+
+class FlashInferCascadeBackend(FlashInferBackend):
+    """FlashInfer with shared-prefix (cascade) attention for steps that share prefix pages."""
+
+    name = "flashinfer_cascade"
+
+    def __init__(self, kv: KVCacheTensors, num_heads: int, head_dim: int, *,
+                 impl: Impl = "auto", workspace_bytes: int = WORKSPACE_BYTES) -> None:
+        super().__init__(kv, num_heads, head_dim, impl=impl, cascade=True,
+                         workspace_bytes=workspace_bytes)
+
+
+class _FlashInferKernels:
+    """The real wrappers; one float workspace shared by all of them."""
+
+    def __init__(self, fi: ModuleType, device: torch.device, workspace_bytes: int) -> None:
+        self.fi = fi
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        self.prefill = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, KV_LAYOUT)
+        self.decode = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, KV_LAYOUT)
+        self.cascade = fi.MultiLevelCascadeAttentionWrapper(2, workspace, KV_LAYOUT)
+
+    def plan(self, step: StepArgs) -> None:
+        if isinstance(step, CascadePlanArgs):
+            self._wrapper, call = self.cascade, step.plan_call()
+        elif step.is_decode:
+            self._wrapper, call = self.decode, step.decode_call()
+        else:
+            self._wrapper, call = self.prefill, step.prefill_call()
+        self._wrapper.plan(*call.args, **call.kwargs)
+
+    def append(self, k, v, idx: AppendIndices, cache, table: PagedLevel) -> None:
+        self.fi.append_paged_kv_cache(k, v, idx.batch_indices, idx.positions, cache,
+                                      table.kv_indices, table.kv_indptr,
+                                      table.kv_last_page_len, kv_layout=KV_LAYOUT)
+
+    def run(self, q: torch.Tensor, cache) -> torch.Tensor:
+        return self._wrapper.run(q, cache)
+
+
+class _ReferenceKernels:
+    """The ``ref_*`` torch twins, over exactly the arguments the wrappers would get."""
+
+    def plan(self, step: StepArgs) -> None:
+        self._step = step
+
+    def append(self, k, v, idx: AppendIndices, cache, table: PagedLevel) -> None:
+        ref_append_paged_kv_cache(k, v, idx.batch_indices, idx.positions, cache,
+                                  table.kv_indices, table.kv_indptr, table.kv_last_page_len)
+
+    def run(self, q: torch.Tensor, cache) -> torch.Tensor:
+        if isinstance(self._step, CascadePlanArgs):
+            return ref_cascade_attention(q, cache, self._step)
+        return ref_batch_prefill(q, cache, self._step).out.to(q.dtype)
+
+
+def _load_kernels(impl: Impl, kv: KVCacheTensors, workspace_bytes: int):
+    if impl == "reference":
+        return _ReferenceKernels()
+    reason = _unsupported(kv)
+    if impl == "flashinfer":
+        fi = load_flashinfer()
+        if reason:
+            raise ValueError(f"FlashInfer cannot run here: {reason}")
+        return _FlashInferKernels(fi, kv.k.device, workspace_bytes)
+    if reason is None:
+        try:
+            return _FlashInferKernels(load_flashinfer(), kv.k.device, workspace_bytes)
+        except ImportError as e:
+            reason = str(e)
+    warnings.warn(f"FlashInfer unavailable ({reason}); the flashinfer backend runs its torch "
+                  "reference kernels", RuntimeWarning, stacklevel=3)
+    return _ReferenceKernels()
+
+
+def _unsupported(kv: KVCacheTensors) -> str | None:
+    """Why FlashInfer's kernels cannot serve this cache, or None."""
+    if kv.k.device.type != "cuda":
+        return f"the KV cache is on {kv.k.device.type}"
+    if kv.k.dtype not in (torch.float16, torch.bfloat16):
+        return f"its kernels take float16 or bfloat16, the KV cache is {kv.k.dtype}"
+    return None
