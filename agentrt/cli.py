@@ -107,8 +107,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve an OpenAI-compatible HTTP API (chat completions with tools and streaming,
-    completions, models, health, Prometheus metrics) on the local engine. Concurrent clients
-    share the engine's continuous batching; a client that disconnects frees its request."""
+    completions, models, health, Prometheus metrics) on the local engine, and SGLang's native
+    API (/generate, sessions, /abort_request) with the endpoints sglang-router needs from a
+    worker. Concurrent clients share the engine's continuous batching; a client that
+    disconnects frees its request."""
     try:
         from agentrt.server import serve
     except ImportError as exc:
@@ -136,7 +138,13 @@ _SERVE_EPILOG = """examples:
   client.chat.completions.create(model="SmolLM2-135M-Instruct",
                                  messages=[{"role": "user", "content": "Hi"}])
 
-Requests without "temperature" are greedy; without "model", they use the served model."""
+  # several workers behind SGLang's router (pip install sglang-router), cache-aware:
+  agentrt serve --port 8001 & agentrt serve --port 8002 &
+  python -m sglang_router.launch_router --host 127.0.0.1 --port 8000 --policy cache_aware \\
+    --worker-urls http://127.0.0.1:8001 http://127.0.0.1:8002
+
+OpenAI requests without "temperature" are greedy; without "model", they use the served
+model. Native /generate requests keep SGLang's defaults (temperature 1, 128 new tokens)."""
 
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:

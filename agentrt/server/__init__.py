@@ -7,6 +7,12 @@ batching; the endpoints are async and stream from ``Engine.astream``:
   tools, ``tool_choice``, ``response_format``, streamed tool-call deltas, usage)
 - ``POST /v1/completions`` (:mod:`.completions`: text or token-id prompts)
 - ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus, :mod:`.metrics`)
+- SGLang's native API (:mod:`.native`, SGLang 0.5.8's shapes): ``POST /generate`` with
+  ``rid``, streaming and sessions (``/open_session``, ``/close_session``; a session is a
+  paused engine request, :mod:`.native_sessions`), ``/abort_request``; and what
+  sglang-router asks of a worker (:mod:`.worker`: ``/server_info``, ``/model_info``,
+  ``/get_load``, ``/flush_cache``, ``/health_generate``) — so several ``agentrt serve``
+  processes run behind ``sglang-router --policy cache_aware``
 
 Request and answer shapes are in :mod:`.protocol`, OpenAI-style error bodies in
 :mod:`.errors`, server-sent events and the closing of a departed client's request in

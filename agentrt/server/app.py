@@ -1,4 +1,6 @@
-"""The FastAPI app: the OpenAI routes plus ``/health``, ``/v1/models`` and ``/metrics``.
+"""The FastAPI app: the OpenAI routes plus ``/health``, ``/v1/models`` and ``/metrics``, and
+SGLang's native API (:mod:`.native`) with the worker endpoints sglang-router uses
+(:mod:`.worker`).
 
 :func:`create_app` wires one engine into an app; it neither starts nor stops the engine
 (:func:`agentrt.server.serve` does both), so tests and embedders can bring their own.
@@ -15,8 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from agentrt import __version__
-from agentrt.server import chat, completions
+from agentrt.server import chat, completions, native, worker
 from agentrt.server.errors import install_error_handlers
+from agentrt.server.native_sessions import NativeState
 from agentrt.server.protocol import ModelCard, ModelList
 from agentrt.server.state import ServerState, State
 
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["create_app"]
 
-_COUNTED = frozenset({chat.ENDPOINT, completions.ENDPOINT, "/v1/models"})
+_COUNTED = frozenset({chat.ENDPOINT, completions.ENDPOINT, "/v1/models", *native.ENDPOINTS})
 router = APIRouter()
 
 
@@ -39,9 +42,12 @@ def create_app(engine: Engine, *, model_names: Sequence[str] = ()) -> FastAPI:
     app = FastAPI(title="agentrt", version=__version__,
                   description="OpenAI-compatible API on agentrt's local engine.")
     app.state.agentrt = state
+    app.state.native = NativeState(engine)
     install_error_handlers(app, lambda request, status: _count(state, request, status))
     app.include_router(chat.router)
     app.include_router(completions.router)
+    app.include_router(native.router)
+    app.include_router(worker.router)
     app.include_router(router)
     return app
 

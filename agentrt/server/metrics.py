@@ -6,8 +6,9 @@ request's delta stream: time to first token, tokens, end-to-end latency, finish 
 consistent snapshot between two engine steps: running and waiting requests, and the KV
 pool as free, evictable (held only by the prefix cache, given up on demand) and total
 blocks — free + evictable == total exactly when no request holds KV, which is what the
-server's leak tests assert after clients disconnect. Each app has its own registry, so two
-apps in one process do not collide.
+server's leak tests assert after clients disconnect — and the engine's own token counters,
+among them prefix-cache hits (which worker of several served a shared prefix shows there).
+Each app has its own registry, so two apps in one process do not collide.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
     from agentrt.engine.engine import Engine
@@ -31,7 +32,7 @@ _LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.
 
 
 class _EngineCollector:
-    """Gauges computed from :meth:`Engine.load` at every scrape."""
+    """Gauges from :meth:`Engine.load` and counters from ``Engine.stats``, at every scrape."""
 
     _GAUGES = (
         ("agentrt_num_requests_running", "num_running", "Requests in the running batch."),
@@ -41,6 +42,12 @@ class _EngineCollector:
          "KV blocks held only by the prefix cache (freed on demand)."),
         ("agentrt_kv_total_blocks", "num_total_blocks", "KV blocks in the device pool."),
     )
+    _COUNTERS = (
+        ("agentrt_prefix_cached_tokens", "num_cached_tokens",
+         "Prompt tokens served from the prefix cache instead of being computed."),
+        ("agentrt_prefill_computed_tokens", "num_prefill_tokens",
+         "Tokens computed in prefill (prompts, appended tokens, recomputation)."),
+    )
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -49,6 +56,9 @@ class _EngineCollector:
         snap = self.engine.load()
         for name, field, doc in self._GAUGES:
             yield GaugeMetricFamily(name, doc, value=getattr(snap, field))
+        stats = self.engine.stats
+        for name, field, doc in self._COUNTERS:
+            yield CounterMetricFamily(name, doc, value=getattr(stats, field))
 
 
 class ServerMetrics:

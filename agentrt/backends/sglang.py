@@ -1,0 +1,293 @@
+"""The ``sglang`` backend: an SGLang server — or sglang-router in front of several — over
+SGLang's native HTTP API (SGLang 0.5.8, sglang-router 0.3.2; see :mod:`.sglang_protocol`).
+
+Calls are ``POST /generate`` with token ids, streamed as server-sent events; each call has
+a ``rid``, which ``POST /abort_request`` aborts (closing a stream early aborts it too).
+Sessions use SGLang's own: ``POST /open_session`` gives an id, each call names it and the
+request it continues in ``session_params``, so only the appended tokens travel and the
+server finds the earlier KV in its radix tree. SGLang cannot pause a request in place, and
+the tree may evict that KV under memory pressure: the capabilities say so. (``agentrt
+serve`` answers the same API and holds a session's KV in a paused request.)
+
+sglang-router 0.3.2 routes ``/generate`` (cache-aware: a request goes to the worker whose
+tree holds the longest prefix of it) but not ``/open_session`` or ``/abort_request``. Behind
+a router, detected from ``/server_info``, a session is kept here: each call sends the
+whole context, and cache-aware routing brings it to the worker that has its prefix cached.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agentrt.backends.base import Backend, BackendCapabilities, GenerationChunk
+from agentrt.backends.sglang_protocol import (
+    SGLANG_API_VERSION,
+    ChunkParser,
+    SGLangError,
+    error_message,
+    generate_body,
+    is_router_info,
+    parse_payload,
+)
+from agentrt.core.sampling_params import SamplingParams
+
+__all__ = ["SGLANG_API_VERSION", "SGLangBackend", "SGLangError"]
+
+
+@dataclass
+class _Session:
+    last_rid: str | None = None
+    """The server-side session's last request that ended normally (what a call continues)."""
+    context: list[int] = field(default_factory=list)
+    """Behind a router: the prompts and outputs so far, sent again with every call."""
+
+
+@dataclass
+class _Call:
+    """One ``/generate`` in flight."""
+
+    rid: str
+    body: dict[str, Any]
+    prompt_ids: list[int]
+    session: _Session | None
+    parser: ChunkParser
+
+    def commit(self, chunk: GenerationChunk) -> None:
+        """A session call that ended normally becomes what the next one continues."""
+        if self.session is None or chunk.finish_reason not in ("stop", "length"):
+            return
+        self.session.last_rid = self.rid
+        self.session.context = self.prompt_ids + self.parser.token_ids
+
+
+class SGLangBackend(Backend):
+    """A client of the SGLang server or router at ``url`` (e.g. ``http://127.0.0.1:30000``).
+
+    ``sessions``: whether the server keeps sessions (None = ask it once: a router does not).
+    ``session_capacity`` is SGLang's ``capacity_of_str_len`` for the sessions opened.
+    """
+
+    name = "sglang"
+
+    def __init__(self, url: str = "http://127.0.0.1:30000", *, timeout: float = 600.0,
+                 sessions: bool | None = None, session_capacity: int = 1 << 16,
+                 api_key: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._options = {"base_url": self.url, "timeout": timeout, "headers": headers}
+        self._client = httpx.Client(**self._options)
+        self._aclient: httpx.AsyncClient | None = None
+        self._server_sessions = sessions
+        self._server_info: dict[str, Any] | None = None
+        self.session_capacity = session_capacity
+        self._sessions: dict[str, _Session] = {}
+
+    # --- capabilities --------------------------------------------------------------------
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        sessions = self._has_sessions()
+        held = sessions and bool((self._server_info or {}).get("session_kv_held"))
+        return BackendCapabilities(can_pause_in_place=False, keeps_kv_across_calls=sessions,
+                                   kv_held_between_calls=held, prefix_cache=True)
+
+    def _has_sessions(self) -> bool:
+        if self._server_sessions is None:
+            response = self._client.get("/server_info")
+            if response.status_code == 404:  # a router, or SGLang before /server_info
+                response = self._client.get("/get_server_info")
+            self._learn(response)
+        return bool(self._server_sessions)
+
+    async def _ahas_sessions(self) -> bool:
+        if self._server_sessions is None:
+            client = self._async_client()
+            response = await client.get("/server_info")
+            if response.status_code == 404:
+                response = await client.get("/get_server_info")
+            self._learn(response)
+        return bool(self._server_sessions)
+
+    def _learn(self, response: httpx.Response) -> None:
+        """Server or router? (``session_kv_held``: agentrt's server says its sessions pin KV.)"""
+        info = _json_or_none(response)
+        self._server_sessions = not is_router_info(info)
+        self._server_info = info if self._server_sessions else None
+
+    # --- generation ----------------------------------------------------------------------
+    def stream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None, *,
+               session_id: str | None = None, request_id: str | None = None
+               ) -> Iterator[GenerationChunk]:
+        if session_id is not None:
+            self._has_sessions()
+        call = self._call(prompt_ids, params, session_id, request_id)
+        finished = False
+        with self._client.stream("POST", "/generate", json=call.body) as response:
+            if response.is_error:
+                response.read()
+                _raise(response)
+            try:
+                for line in response.iter_lines():
+                    chunk = _parse_line(call, line)
+                    if chunk is not None:
+                        finished = chunk.finished
+                        yield chunk
+            finally:
+                if not finished:
+                    self._abort_quietly(call.rid)
+
+    async def astream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
+                      *, session_id: str | None = None, request_id: str | None = None
+                      ) -> AsyncIterator[GenerationChunk]:
+        if session_id is not None:
+            await self._ahas_sessions()
+        call = self._call(prompt_ids, params, session_id, request_id)
+        finished = False
+        client = self._async_client()
+        async with client.stream("POST", "/generate", json=call.body) as response:
+            if response.is_error:
+                await response.aread()
+                _raise(response)
+            try:
+                async for line in response.aiter_lines():
+                    chunk = _parse_line(call, line)
+                    if chunk is not None:
+                        finished = chunk.finished
+                        yield chunk
+            finally:
+                if not finished:
+                    await self._aabort_quietly(call.rid)
+
+    # --- sessions ------------------------------------------------------------------------
+    def open_session(self) -> str:
+        if not self._has_sessions():
+            return self._add_session(f"client-{uuid.uuid4().hex}")
+        response = self._client.post("/open_session", json=self._open_body())
+        return self._add_session(_session_id(response))
+
+    async def aopen_session(self) -> str:
+        if not await self._ahas_sessions():
+            return self._add_session(f"client-{uuid.uuid4().hex}")
+        response = await self._async_client().post("/open_session", json=self._open_body())
+        return self._add_session(_session_id(response))
+
+    def close_session(self, session_id: str) -> None:
+        if self._sessions.pop(session_id, None) is not None and self._server_sessions:
+            _check_response(self._client.post("/close_session",
+                                              json={"session_id": session_id}))
+
+    async def aclose_session(self, session_id: str) -> None:
+        if self._sessions.pop(session_id, None) is not None and self._server_sessions:
+            response = await self._async_client().post("/close_session",
+                                                       json={"session_id": session_id})
+            _check_response(response)
+
+    # --- control -------------------------------------------------------------------------
+    def abort(self, request_id: str) -> None:
+        _check_abort(self._client.post("/abort_request", json={"rid": request_id}))
+
+    async def aabort(self, request_id: str) -> None:
+        response = await self._async_client().post("/abort_request", json={"rid": request_id})
+        _check_abort(response)
+
+    def close(self) -> None:
+        self._client.close()
+
+    async def aclose(self) -> None:
+        self._client.close()
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
+
+    # --- internals -----------------------------------------------------------------------
+    def _async_client(self) -> httpx.AsyncClient:
+        if self._aclient is None:
+            self._aclient = httpx.AsyncClient(**self._options)
+        return self._aclient
+
+    def _call(self, prompt_ids: Sequence[int], params: SamplingParams | None,
+              session_id: str | None, request_id: str | None) -> _Call:
+        rid = request_id or uuid.uuid4().hex
+        sent = list(prompt_ids)
+        context, session, session_params = sent, None, None
+        if session_id is not None:
+            session = self._sessions.get(session_id)
+            if session is None:
+                raise ValueError(f"unknown session {session_id!r} (open it with open_session)")
+            context = session.context + sent
+            if self._server_sessions:
+                session_params = {"id": session_id, "rid": session.last_rid}
+            else:
+                sent = context
+        body = generate_body(sent, params or SamplingParams(), rid=rid, stream=True,
+                             session_params=session_params)
+        return _Call(rid, body, context, session, ChunkParser(rid))
+
+    def _open_body(self) -> dict[str, Any]:
+        return {"capacity_of_str_len": self.session_capacity}
+
+    def _add_session(self, session_id: str) -> str:
+        self._sessions[session_id] = _Session()
+        return session_id
+
+    def _abort_quietly(self, rid: str) -> None:
+        try:
+            self.abort(rid)
+        except (httpx.HTTPError, SGLangError):
+            pass  # the connection closes anyway, which aborts the request too
+
+    async def _aabort_quietly(self, rid: str) -> None:
+        try:
+            await self.aabort(rid)
+        except (httpx.HTTPError, SGLangError):
+            pass
+
+
+def _parse_line(call: _Call, line: str) -> GenerationChunk | None:
+    """The chunk a ``data:`` line carries (None for other lines and ``[DONE]``)."""
+    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+        return None
+    chunk = call.parser.chunk(parse_payload(line[5:].strip()))
+    if chunk.finished:
+        call.commit(chunk)
+    return chunk
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json() if response.status_code == 200 else None
+    except ValueError:
+        return None
+
+
+def _raise(response: httpx.Response) -> None:
+    """An error answer as :class:`SGLangError` (its body read already)."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    raise SGLangError(response.status_code, error_message(body))
+
+
+def _check_response(response: httpx.Response) -> None:
+    if response.is_error:
+        _raise(response)
+
+
+def _check_abort(response: httpx.Response) -> None:
+    if response.status_code == 404:  # sglang-router 0.3.2 does not route /abort_request
+        raise SGLangError(404, "this endpoint (a router?) does not abort by rid; "
+                               "close the stream instead")
+    _check_response(response)
+
+
+def _session_id(response: httpx.Response) -> str:
+    _check_response(response)
+    session_id = response.json()
+    if not isinstance(session_id, str):
+        raise SGLangError(response.status_code, f"unexpected /open_session answer {session_id!r}")
+    return session_id

@@ -1,0 +1,63 @@
+"""The ``local`` backend on the real engine: sessions resume a paused request (only the
+appended tokens are prefilled), abort, and in-place pause through a hook."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentrt import SamplingParams
+from agentrt.backends import Generation
+
+
+def test_session_resumes_with_only_the_appended_tokens(local, prompt_ids, tokenizer):
+    params = SamplingParams(max_tokens=6)
+    sid = local.open_session()
+    try:
+        first = local.generate(prompt_ids, params, session_id=sid)
+        appended = tokenizer.encode("\nWhy?", add_special_tokens=False)
+        second = local.generate(appended, params, session_id=sid)
+    finally:
+        local.close_session(sid)
+    context = prompt_ids + first.token_ids + appended
+    assert second.num_prompt_tokens == len(context)
+    assert second.num_cached_tokens >= len(context) - len(appended) - 1
+    assert second.token_ids == local.generate(context, params).token_ids
+
+
+def test_abort_by_request_id(local, prompt_ids):
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
+    out = Generation()
+    for chunk in local.stream(prompt_ids, params, request_id="local-abort"):
+        out.add(chunk)
+        local.abort("local-abort")
+    assert out.finish_reason == "abort" and len(out.token_ids) < 16
+
+
+def test_a_hook_pauses_in_place(local, prompt_ids):
+    """The one backend that can stop mid-decode: the hook pauses after 3 tokens."""
+    def pause_after_three(req, token_ids):
+        return "pause" if len(req.output_token_ids) >= 3 else None
+
+    sid = local.open_session()
+    try:
+        chunks = list(local.stream(prompt_ids, SamplingParams(max_tokens=16),
+                                   session_id=sid, hook=pause_after_three))
+        paused = local.engine.core.requests[local._sessions[sid].session.request_id]
+        assert paused.status.name == "INTERCEPTED"  # its KV held, ready to resume
+    finally:
+        local.close_session(sid)
+    assert sum(len(c.token_ids) for c in chunks) == 3 and chunks[-1].finish_reason == "stop"
+
+
+def test_busy_and_unknown_sessions_are_refused(local, prompt_ids):
+    with pytest.raises(ValueError, match="unknown session"):
+        local.generate(prompt_ids, session_id="nope")
+
+
+async def test_async_twin(local, prompt_ids):
+    params = SamplingParams(max_tokens=6)
+    whole, again = await asyncio.gather(local.agenerate(prompt_ids, params),
+                                        local.agenerate(prompt_ids, params))
+    assert whole.token_ids == again.token_ids == local.generate(prompt_ids, params).token_ids

@@ -1,0 +1,116 @@
+"""Real ``agentrt serve`` processes on loopback for tests, and what tests read from them.
+
+:func:`start_server` runs the default model in a subprocess on a free port, waits for
+``/health`` and stops the process on exit; :class:`Server` reads its Prometheus metrics and
+waits until it is idle. Used by ``tests/server`` and ``tests/backends`` (which puts this
+folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+START_TIMEOUT = 300.0
+
+
+@dataclass
+class Server:
+    url: str
+    """``http://127.0.0.1:PORT``"""
+    process: subprocess.Popen
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def metrics(self) -> dict[str, float]:
+        """Every unlabelled sample of ``/metrics`` (labelled ones keyed ``name{a=b,...}``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.url}/metrics", timeout=30).text
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+                out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+        return out
+
+    def wait_until_idle(self, timeout: float = 20.0) -> dict[str, float]:
+        """Poll ``/metrics`` until no request runs or waits and no KV block is held."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            idle = m["agentrt_num_requests_running"] == 0 == m["agentrt_num_requests_waiting"]
+            if (idle and held_blocks(m) == 0) or time.monotonic() > deadline:
+                return m
+            time.sleep(0.1)
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+def held_blocks(metrics: dict[str, float]) -> float:
+    """KV blocks held by requests (neither free nor only cached)."""
+    return metrics["agentrt_kv_total_blocks"] - metrics["agentrt_kv_free_blocks"] \
+        - metrics["agentrt_kv_evictable_blocks"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(server: Server, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"agentrt serve exited with {server.process.returncode}:\n"
+                               f"{server.tail()}")
+        try:
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"agentrt serve did not become healthy:\n{server.tail()}")
+
+
+def launch(log: Path, *args: str) -> Server:
+    """Start ``agentrt serve`` on a free port (small KV pool, batch 16); not yet healthy."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "agentrt", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--max-batch", "16", "--kv-cache-gb", "0.25", "--log-level", "warning", *args]
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    return Server(f"http://127.0.0.1:{port}", process, log)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def start_server(log: Path, *args: str) -> Iterator[Server]:
+    """A healthy ``agentrt serve`` for the duration of the block."""
+    server = launch(log, *args)
+    try:
+        wait_healthy(server)
+        yield server
+    finally:
+        stop(server.process)
