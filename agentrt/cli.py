@@ -23,6 +23,9 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                         "(default: the embedded SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weight and KV-cache dtype (default: auto = float32 on CPU)")
+    g.add_argument("--quantization", default="none", choices=["none", "int8", "int4"],
+                   help="linear-layer weights: none (= dtype), or GGUF Q8_0 / Q4_1 groups run "
+                        "by agentrt's AVX2 decode kernels (float32 compute; faster CPU decode)")
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -48,7 +51,7 @@ def _params(args: argparse.Namespace):
 def _engine(args: argparse.Namespace):
     from agentrt import Engine
 
-    return Engine(args.model, dtype=args.dtype)
+    return Engine(args.model, dtype=args.dtype, quantization=args.quantization)
 
 
 def _render(engine, messages: list[dict[str, str]]) -> str:
@@ -120,7 +123,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "pip install 'agentrt[server]'", file=sys.stderr)
         return 2
     serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
-          log_level=args.log_level, dtype=args.dtype, max_num_seqs=args.max_batch,
+          log_level=args.log_level, dtype=args.dtype, quantization=args.quantization,
+          max_num_seqs=args.max_batch,
           kv_cache_gb=args.kv_cache_gb)
     return 0
 

@@ -64,11 +64,11 @@ class ServerSpec:
     """The command line that serves the model on ``127.0.0.1:<port>``."""
 
 
-def agentrt_spec(clients: int) -> ServerSpec:
+def agentrt_spec(clients: int, quantization: str = "none") -> ServerSpec:
     def command(port: int) -> list[str]:
         return [sys.executable, "-m", "agentrt", "serve", "--host", "127.0.0.1",
                 "--port", str(port), "--max-batch", str(max(clients, 1)),
-                "--log-level", "warning"]
+                "--quantization", quantization, "--log-level", "warning"]
 
     return ServerSpec("agentrt", command)
 
@@ -270,6 +270,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"python with llama-cpp-python[server] (default "
                         f"{DEFAULT_LLAMACPP_PYTHON} when it exists)")
     p.add_argument("--no-llamacpp", action="store_true", help="run agentrt only")
+    p.add_argument("--quantization", default="none", choices=["none", "int8", "int4"],
+                   help="agentrt serve --quantization (default: none = float32 weights)")
     args = p.parse_args(argv)
     if min(args.clients, args.requests, args.max_tokens, args.threads) < 1:
         p.error("--clients, --requests, --max-tokens and --threads must be positive")
@@ -286,9 +288,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model: {MODEL} ({gguf.name}); {args.clients} clients x {args.requests} requests, "
           f"max_tokens={args.max_tokens}, greedy, streamed; {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} before the run")
-    specs = [agentrt_spec(args.clients)]
+    specs = [agentrt_spec(args.clients, args.quantization)]
     python, note = llamacpp_python(args)
-    print(f"agentrt: agentrt serve, float32, --max-batch {args.clients}")
+    print(f"agentrt: agentrt serve, float32 compute, --quantization {args.quantization}, "
+          f"--max-batch {args.clients}")
     print(f"llama.cpp: {note}")
     if python is not None:
         specs.append(llamacpp_spec(python, gguf, args.threads))
