@@ -16,8 +16,10 @@ LEAVERS = {1, 6, 11, 14}
 
 async def _client(aclient, i: int) -> dict:
     messages = [{"role": "user", "content": f"Write a long story about {TOPICS[i]}."}]
+    # NOTE: a leaver asks for more than it can get before it leaves, whatever the speed
+    max_tokens = 512 if i in LEAVERS else 24
     stream = await aclient.chat.completions.create(model=MODEL, messages=messages,
-                                                   max_tokens=24, stream=True)
+                                                   max_tokens=max_tokens, stream=True)
     text, finish, num_chunks = "", None, 0
     async for chunk in stream:
         num_chunks += 1
