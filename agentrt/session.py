@@ -26,14 +26,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentrt.core.sampling_params import SamplingParams
+
 if TYPE_CHECKING:
-    from agentrt.core.sampling_params import SamplingParams
     from agentrt.engine.engine import Engine
     from agentrt.engine.outputs import StreamDelta
 
-__all__ = ["Session", "SessionScope", "SessionStats", "agent_run", "current_scope"]
+__all__ = [
+    "PinnedScope", "Session", "SessionScope", "SessionStats", "agent_run", "current_scope",
+    "request_tags",
+]
 
 _ids = itertools.count()
+_PREFILL_ONLY = SamplingParams(max_tokens=1)
 
 
 @dataclass
@@ -120,6 +125,17 @@ class Session:
         if rid is not None:
             self.engine.abort(rid) if self.busy else self.engine.release(rid)
 
+    def prefill(self, prompt_ids: list[int]) -> None:
+        """Compute the KV of a prompt known early (a prefill-only call: the request then waits,
+        its KV kept, until the next call appends the rest of the prompt)."""
+        for _ in self.stream(prompt_ids, _PREFILL_ONLY):
+            pass
+
+    async def aprefill(self, prompt_ids: list[int]) -> None:
+        """Async twin of :meth:`prefill`."""
+        async for _ in self.astream(prompt_ids, _PREFILL_ONLY):
+            pass
+
     # --- internals --------------------------------------------------------------------------
     _prefill_done = 0
     _prefill_current = 0
@@ -136,7 +152,7 @@ class Session:
             self.busy = True
             start = e.astream if is_async else e.stream
             return start(prompt_ids, params, request_id=self.request_id, keep_kv=True,
-                         namespace=self.namespace, **kwargs)
+                         namespace=self.namespace, **request_tags.get(), **kwargs)
         self.busy = True
         dropped = len(self.context) - keep
         self.stats.num_reused_tokens += keep
@@ -145,7 +161,7 @@ class Session:
         self.stats.num_rollbacks += dropped > 0
         resume = e.aresume_stream if is_async else e.resume_stream
         return resume(self.request_id, appended, params, keep_kv=True, truncate_to=keep,
-                      **kwargs)
+                      **request_tags.get(), **kwargs)
 
     def _close_call(self, prompt_ids: list[int], outputs: list[int], reason) -> None:
         req = self.engine.core.requests.get(self.request_id or "")
@@ -225,8 +241,30 @@ class SessionScope:
             withdraw()
 
 
+class PinnedScope(SessionScope):
+    """A scope whose every call continues one given session (e.g. one a partial prefill
+    filled for the call that completes its prompt)."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.sessions = [session]
+
+    def session_for(self, engine: Engine, prompt_ids: list[int]) -> Session:
+        session = self.sessions[0]
+        if session.engine is not engine:
+            raise ValueError("the pinned session runs on another engine")
+        session.busy = True
+        self.last = session
+        return session
+
+
 _current: contextvars.ContextVar[SessionScope | None] = contextvars.ContextVar(
     "agentrt_session_scope", default=None)
+
+request_tags: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+    "agentrt_request_tags", default={})  # noqa: B039 - never mutated, only replaced
+"""Engine ``submit`` options every model call made in this context carries (the graph
+runtime sets ``group`` and ``depth`` for topology-aware batching)."""
 
 
 def current_scope() -> SessionScope | None:

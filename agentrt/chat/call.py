@@ -24,7 +24,7 @@ from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, r
 from agentrt.chat.template import render_prompt
 from agentrt.chat.tool_calls import InvalidToolCall, StreamPiece, ToolCall, ToolCallStream
 from agentrt.core.sampling_params import SamplingParams
-from agentrt.session import Session, current_scope
+from agentrt.session import Session, current_scope, request_tags
 
 if TYPE_CHECKING:
     from agentrt.engine.engine import Engine
@@ -141,7 +141,8 @@ def _start(call: ChatCall, *, is_async: bool) -> Any:
     scope = current_scope()
     if scope is None:
         start = call.engine.astream if is_async else call.engine.stream
-        return start(call.prompt_ids, call.params, request_id=call.request_id)
+        return start(call.prompt_ids, call.params, request_id=call.request_id,
+                     **request_tags.get())
     call.session = scope.session_for(call.engine, call.prompt_ids)
     start = call.session.astream if is_async else call.session.stream
     if scope.hook_factory is None:

@@ -113,6 +113,10 @@ class Request:
     """What the request will be intercepted for when this segment ends."""
     recompute_until: int = 0
     """Tokens below this index whose KV was computed once and dropped (recompute counter)."""
+    group: str | None = None
+    """The graph query this request serves (topology-aware batching buckets; None = alone)."""
+    depth: int = 0
+    """Its primitive's longest distance to the graph's sink: deeper goes first in its group."""
 
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0

@@ -199,17 +199,19 @@ class Engine:
                subscriber: Callable[[StepUpdate | BaseException], None] | None = None,
                request_id: str | None = None, namespace: str = "", hook=None,
                keep_kv: bool = False, forced_token_ids: Sequence[int] = (),
-               pause: Pause | None = None) -> Request:
+               pause: Pause | None = None, group: str | None = None,
+               depth: int = 0) -> Request:
         """Queue a request; ``subscriber`` is called from the driver thread with every update.
 
-        See :meth:`LLMEngine.add_request` for ``hook``, ``keep_kv``, ``forced_token_ids`` and
-        ``pause``.
+        See :meth:`LLMEngine.add_request` for ``hook``, ``keep_kv``, ``forced_token_ids``,
+        ``pause``, ``group`` and ``depth``.
         """
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, request_id=request_id,
                                         namespace=namespace, hook=hook, keep_kv=keep_kv,
-                                        forced_token_ids=forced_token_ids, pause=pause)
+                                        forced_token_ids=forced_token_ids, pause=pause,
+                                        group=group, depth=depth)
             if subscriber is not None:
                 self._subscribers[req.request_id] = subscriber
             self._wake.notify()

@@ -181,13 +181,15 @@ class LLMEngine:
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
                     request_id: str | None = None, namespace: str = "", hook=None,
                     keep_kv: bool = False, forced_token_ids: Sequence[int] = (),
-                    pause: Pause | None = None) -> Request:
+                    pause: Pause | None = None, group: str | None = None,
+                    depth: int = 0) -> Request:
         """Validate and queue a request; raises ``ValueError`` on bad input.
 
         ``forced_token_ids`` replace the sampled token at each step, in order (the forward
         pass still runs per token); sampling resumes when they run out. ``pause`` says what
         the request will wait for when this segment ends (a tool kind and, if known, its
-        expected seconds); it implies ``keep_kv``.
+        expected seconds); it implies ``keep_kv``. ``group`` and ``depth`` place a request
+        of a dataflow graph in topology-aware batching (its query, its distance to the sink).
         """
         params = params or SamplingParams()
         ids = self.encode(prompt)
@@ -197,7 +199,8 @@ class LLMEngine:
             raise ValueError(f"request id {rid!r} is already in use")
         req = Request(rid, ids, params, namespace=namespace, hook=hook,
                       keep_kv=keep_kv or pause is not None, pending_pause=pause,
-                      forced_token_ids=deque(self.encode(list(forced_token_ids))))
+                      forced_token_ids=deque(self.encode(list(forced_token_ids))),
+                      group=group, depth=depth)
         self._start_segment(req)
         self.requests[rid] = req
         self.scheduler.add(req)
@@ -206,13 +209,15 @@ class LLMEngine:
     def resume(self, request_id: str, appended: str | list[int],
                params: SamplingParams | None = None, *, keep_kv: bool | None = None,
                forced_token_ids: Sequence[int] = (), pause: Pause | None = None,
-               truncate_to: int | None = None, hook=_KEEP) -> Request:
+               truncate_to: int | None = None, hook=_KEEP, group: str | None = None,
+               depth: int | None = None) -> Request:
         """Continue a paused request: append tokens and generate again, reusing its KV.
 
         ``truncate_to`` first rolls the context back to its first n tokens (a seam whose
         re-tokenization differs: only the tokens after n are computed again).
         ``forced_token_ids`` and ``pause`` apply to the new segment as in :meth:`add_request`;
-        ``hook`` replaces the request's hook (by default it keeps the one it has).
+        ``hook`` replaces the request's hook (by default it keeps the one it has); ``group``
+        and ``depth``, when given, re-place it in topology-aware batching.
         """
         req = self._get(request_id)
         if req.status is not RequestStatus.INTERCEPTED:
@@ -234,6 +239,8 @@ class LLMEngine:
         req.pending_pause = pause
         if hook is not _KEEP:
             req.hook = hook
+        req.group = req.group if group is None else group
+        req.depth = req.depth if depth is None else depth
         req.forced_token_ids = deque(self.encode(list(forced_token_ids)))
         self._start_segment(req)
         self.scheduler.add(req)

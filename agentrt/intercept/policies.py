@@ -10,6 +10,10 @@ so the same code orders the engine's waiting queue and the discrete-event simula
                 a request passed over ``starvation_threshold`` times goes to the head and keeps
                 priority until it completes. Multi-tool requests are scored segment by
                 segment: each resumed segment is a new job with its own context and prediction.
+
+Whatever the policy, :func:`topology_order` then applies Teola's topology-aware batching to
+requests that belong to a dataflow graph (``group`` = the query, ``depth`` = the primitive's
+distance to the graph's sink); requests outside any graph keep the policy's order.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from agentrt.intercept.waste import Strategy, chunked_discard_waste, preserve_wa
 
 __all__ = [
     "POLICIES", "ArrivalPolicy", "FCFSPolicy", "Job", "LampsPolicy", "SchedulingPolicy",
-    "get_policy", "lamps_score",
+    "get_policy", "lamps_score", "topology_order",
 ]
 
 
@@ -49,6 +53,28 @@ class Job(Protocol):
 
 
 J = TypeVar("J", bound=Job)
+
+
+def topology_order(jobs: Sequence[J]) -> list[J]:
+    """Teola's topology-aware batching (Alg. 2) as an admission order.
+
+    Jobs of one graph query (same ``group``) form a bucket; buckets keep the order of their
+    first job in ``jobs``. Each bucket first offers its deepest jobs (the primitives furthest
+    from the sink advance the query most), bucket after bucket; then the rest, deepest first.
+    A job without a group is a bucket of its own, so ungrouped jobs keep their order.
+    """
+    buckets: dict[object, list[J]] = {}
+    for i, job in enumerate(jobs):
+        key = getattr(job, "group", None)
+        buckets.setdefault(i if key is None else key, []).append(job)
+    first: list[J] = []
+    rest: list[J] = []
+    for bucket in buckets.values():
+        top = max(getattr(j, "depth", 0) for j in bucket)
+        first += [j for j in bucket if getattr(j, "depth", 0) == top]
+        rest += sorted((j for j in bucket if getattr(j, "depth", 0) != top),
+                       key=lambda j: -getattr(j, "depth", 0))
+    return first + rest
 
 
 class SchedulingPolicy(ABC):

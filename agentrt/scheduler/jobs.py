@@ -28,6 +28,8 @@ class JobView:
     predicted_interception: float | None
     strategy: Strategy | None = None
     request: Request | None = None
+    group: str | None = None
+    depth: int = 0
 
 
 class SegmentPredictor:
@@ -55,4 +57,5 @@ class SegmentPredictor:
         # NOTE: c0 is the whole context; prefilling it takes a few iterations, not a tokens'
         # worth of decode steps, so pending prompt or recompute tokens are not added to a.
         return JobView(req.request_id, req.arrival_time, req.enqueue_time, req.num_tokens,
-                       a, a if t_int is not None else 0, t_int, request=req)
+                       a, a if t_int is not None else 0, t_int, request=req,
+                       group=req.group, depth=req.depth)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from agentrt.core.request import Request, RequestStatus
 from agentrt.intercept import SchedulingPolicy
+from agentrt.intercept.policies import topology_order
 from agentrt.kvcache.manager import KVCacheManager
 from agentrt.scheduler.jobs import JobView, SegmentPredictor
 from agentrt.scheduler.output import ScheduledChunk, SchedulerOutput
@@ -103,7 +104,7 @@ class Scheduler:
 
     def _ordered_jobs(self) -> list[JobView]:
         views = [self.predictor.view(r) for r in self.waiting]
-        return self.policy.order(views, self.num_running_tokens)
+        return topology_order(self.policy.order(views, self.num_running_tokens))
 
     def _allocate(self, req: Request, n: int) -> bool:
         if self.kv.allocate(req, n):

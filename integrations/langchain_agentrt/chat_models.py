@@ -137,14 +137,17 @@ class ChatAgentRT(BaseChatModel):
         return structured_output(self, schema, method, include_raw=include_raw)
 
     # --- generation ----------------------------------------------------------------------------
+    def _resolve_engine(self) -> Any:
+        """The engine this model runs on (the shared one of its model, loaded on first use)."""
+        if self.engine is not None:
+            return self.engine
+        from agentrt.chat import get_shared_engine
+
+        return get_shared_engine(self.model_name, **self.engine_kwargs)
+
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None,
                  kwargs: dict[str, Any]) -> ChatCall:
-        engine = self.engine
-        if engine is None:
-            from agentrt.chat import get_shared_engine
-
-            engine = get_shared_engine(self.model_name, **self.engine_kwargs)
-        return prepare_call(self, engine, messages, stop, kwargs)
+        return prepare_call(self, self._resolve_engine(), messages, stop, kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,

@@ -1,0 +1,219 @@
+"""Lower a LangChain runnable (LCEL) into agentrt's primitive graph by walking its objects.
+
+``Runnable.get_graph()`` is not enough: it draws a branch or a fallback as one box. So the
+walker opens the runnables themselves, one registered rule per construct (first match
+wins; subclasses are listed before their bases). Each rule gets the node producing the
+runnable's input and returns the node producing its output. What has no rule becomes an
+``Opaque`` node that runs the runnable as LangChain would: lowering never fails a chain
+that LangChain can run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.output_parsers import BaseOutputParser, ListOutputParser
+from langchain_core.prompts import BasePromptTemplate
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import (
+    Runnable,
+    RunnableBinding,
+    RunnableBranch,
+    RunnableLambda,
+    RunnableParallel,
+    RunnablePassthrough,
+    RunnableSequence,
+    RunnableWithFallbacks,
+)
+from langchain_core.runnables.base import RunnableEach
+from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
+
+from agentrt.graph import SKIPPED, Failed, Graph, Kind, Node
+from langchain_agentrt.lowering import llm as llm_ops
+
+__all__ = ["RULES", "lower_runnable"]
+
+Rule = Callable[["Walker", Any, Node], Node]
+
+
+def lower_runnable(runnable: Runnable, name: str | None = None) -> Graph:
+    """The primitive graph of ``runnable`` (unoptimised; see :func:`agentrt.graph.optimize`)."""
+    graph = Graph(name or runnable.get_name())
+    graph.output = Walker(graph).lower(runnable, graph.input)
+    return graph
+
+
+class Walker:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def lower(self, r: Any, src: Node) -> Node:
+        for kind, rule in RULES:
+            if isinstance(r, kind):
+                return rule(self, r, src)
+        return self.runnable_node(Kind.OPAQUE, r, src)
+
+    def runnable_node(self, kind: Kind, r: Runnable, src: Node, name: str | None = None,
+                      **attrs: Any) -> Node:
+        """A node that runs ``r.ainvoke`` on its one input."""
+        async def op(args: dict[str, Any]) -> Any:
+            return await r.ainvoke(args["x"])
+        return self.graph.add(kind, name or r.get_name(), op, {"x": src}, **attrs)
+
+
+# --- composition -----------------------------------------------------------------------------
+def _sequence(w: Walker, r: RunnableSequence, src: Node) -> Node:
+    for step in r.steps:
+        src = w.lower(step, src)
+    return src
+
+
+def _parallel(w: Walker, r: RunnableParallel, src: Node) -> Node:
+    outs = {key: w.lower(branch, src) for key, branch in r.steps__.items()}
+
+    async def join(args: dict[str, Any]) -> dict[str, Any]:
+        return dict(args)
+    return w.graph.add(Kind.AGGREGATE, "parallel", join, outs)
+
+
+def _assign(w: Walker, r: RunnableAssign, src: Node) -> Node:
+    outs = {key: w.lower(branch, src) for key, branch in r.mapper.steps__.items()}
+
+    async def merge(args: dict[str, Any]) -> dict[str, Any]:
+        base = args.pop("__input__")
+        if not isinstance(base, dict):
+            raise ValueError("The input to RunnablePassthrough.assign() must be a dict.")
+        return {**base, **args}
+    return w.graph.add(Kind.AGGREGATE, "assign", merge, {"__input__": src, **outs})
+
+
+def _pick(w: Walker, r: RunnablePick, src: Node) -> Node:
+    return w.runnable_node(Kind.TRANSFORM, r, src, f"pick {r.keys}")
+
+
+def _passthrough(w: Walker, r: RunnablePassthrough, src: Node) -> Node:
+    if r.func is None and r.afunc is None:
+        return src
+    return w.runnable_node(Kind.TRANSFORM, r, src, "passthrough")
+
+
+def _lambda(w: Walker, r: RunnableLambda, src: Node) -> Node:
+    return w.runnable_node(Kind.TRANSFORM, r, src)
+
+
+def _binding(w: Walker, r: RunnableBinding, src: Node) -> Node:
+    if isinstance(r.bound, BaseChatModel):
+        return llm_ops.lower_chat_model(w.graph, r, r.bound, src)
+    if r.kwargs or r.config_factories or isinstance(r.bound, RunnableEach):
+        return w.runnable_node(Kind.OPAQUE, r, src)
+    return w.lower(r.bound, src)  # NOTE: config only (names, tags, callbacks): same values
+
+
+def _each(w: Walker, r: RunnableEach, src: Node) -> Node:
+    kind = Kind.SEARCHING if isinstance(r.bound, BaseRetriever) else Kind.TRANSFORM
+    node = w.runnable_node(kind, r, src, f"map({r.bound.get_name()})", batchable=True)
+    node.attrs["item_op"] = r.bound.ainvoke
+    return node
+
+
+# --- control flow ----------------------------------------------------------------------------
+def _branch(w: Walker, r: RunnableBranch, src: Node) -> Node:
+    conditions = [cond for cond, _ in r.branches]
+
+    async def choose(args: dict[str, Any]) -> int:
+        for i, cond in enumerate(conditions):
+            if await cond.ainvoke(args["x"]):
+                return i
+        return len(conditions)
+    cond_node = w.graph.add(Kind.CONDITION, "branch", choose, {"x": src})
+    targets = [b for _, b in r.branches] + [r.default]
+    outs = {}
+    for i, target in enumerate(targets):
+        gate = w.graph.add(Kind.TRANSFORM, f"when {i}", _gate(i), {"x": src, "cond": cond_node})
+        outs[f"b{i}"] = w.lower(target, gate)
+    return w.graph.add(Kind.AGGREGATE, "branch join", _select, outs, select=True)
+
+
+def _gate(i: int):
+    async def gate(args: dict[str, Any]) -> Any:
+        return args["x"] if args["cond"] == i else SKIPPED
+    return gate
+
+
+def _fallbacks(w: Walker, r: RunnableWithFallbacks, src: Node) -> Node:
+    if r.exception_key is not None:
+        return w.runnable_node(Kind.OPAQUE, r, src)
+    handled = r.exceptions_to_handle
+    prev = w.lower(r.runnable, src)
+    outs = {"try0": prev}
+    for j, fallback in enumerate(r.fallbacks, 1):
+        gate = w.graph.add(Kind.CONDITION, f"on error {j}", _catch(handled),
+                           {"x": src, "prev": prev}, catch=True)
+        prev = outs[f"try{j}"] = w.lower(fallback, gate)
+    return w.graph.add(Kind.AGGREGATE, "fallback join", _select, outs, select=True)
+
+
+def _catch(handled: tuple[type[BaseException], ...]):
+    async def catch(args: dict[str, Any]) -> Any:
+        prev = args["prev"]
+        if isinstance(prev, Failed) and isinstance(prev.error, handled):
+            return args["x"]
+        return SKIPPED if not isinstance(prev, Failed) else prev
+    return catch
+
+
+async def _select(args: dict[str, Any]) -> Any:
+    """The first value that is neither skipped nor failed (else the first failure, as
+    LangChain's fallbacks raise the primary's error when every fallback failed too)."""
+    failure = None
+    for v in args.values():
+        if isinstance(v, Failed):
+            failure = failure or v
+        elif v is not SKIPPED:
+            return v
+    if failure is not None:
+        raise failure.error
+    return SKIPPED
+
+
+# --- components ------------------------------------------------------------------------------
+def _prompt(w: Walker, r: BasePromptTemplate, src: Node) -> Node:
+    return w.runnable_node(Kind.TRANSFORM, r, src, "format", template=r,
+                           variables=tuple(r.input_variables))
+
+
+def _chat_model(w: Walker, r: BaseChatModel, src: Node) -> Node:
+    return llm_ops.lower_chat_model(w.graph, r, r, src)
+
+
+def _retriever(w: Walker, r: BaseRetriever, src: Node) -> Node:
+    return llm_ops.lower_retriever(w, r, src)
+
+
+def _parser(w: Walker, r: BaseOutputParser, src: Node) -> Node:
+    node = w.runnable_node(Kind.TRANSFORM, r, src, "parse")
+    if isinstance(r, ListOutputParser) and src.kind is Kind.DECODING:
+        src.attrs.update(splittable=True, parser=r)
+        node.attrs["list_parser"] = True
+    return node
+
+
+RULES: list[tuple[type, Rule]] = [
+    (RunnableSequence, _sequence),
+    (RunnableParallel, _parallel),
+    (RunnableAssign, _assign),
+    (RunnablePick, _pick),
+    (RunnablePassthrough, _passthrough),
+    (RunnableLambda, _lambda),
+    (RunnableBranch, _branch),
+    (RunnableWithFallbacks, _fallbacks),
+    (RunnableEach, _each),
+    (RunnableBinding, _binding),
+    (BasePromptTemplate, _prompt),
+    (BaseChatModel, _chat_model),
+    (BaseRetriever, _retriever),
+    (BaseOutputParser, _parser),
+]
+"""Construct → rule; first match wins. Append to lower your own runnables."""
