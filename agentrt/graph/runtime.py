@@ -84,6 +84,8 @@ class GraphRuntime:
     def __init__(self) -> None:
         self.last_trace: list[tuple[str, float, float]] = []
         """(node id, start, end) of the last run's ops, in monotonic seconds."""
+        self.last_store: dict[str, Any] = {}
+        """The last run's object store (e.g. ``sessions`` its partial prefills opened)."""
 
     async def arun(self, graph: Graph, value: Any, *, query_id: str | None = None) -> Any:
         """Run ``graph`` on ``value``; returns the output node's value or raises its error."""
@@ -99,7 +101,7 @@ class GraphRuntime:
         finally:
             for cleanup in run.store.get("cleanup", []):
                 cleanup()  # e.g. a prefilled session nobody continued: free its KV
-        self.last_trace = run.trace
+        self.last_trace, self.last_store = run.trace, run.store
         out = run.values[id(graph.output)]
         if isinstance(out, Failed):
             raise out.error

@@ -66,6 +66,10 @@ def lower_chat_model(graph: Graph, runnable: Runnable, model: BaseChatModel,
 
 def lower_retriever(w: Walker, r: BaseRetriever, src: Node) -> Node:
     """Embedding + Searching for a similarity-search vector store; else one Searching."""
+    from langchain_agentrt.rag import VectorIndexRetriever
+
+    if isinstance(r, VectorIndexRetriever):
+        return _index_retriever(w, r, src)
     store = getattr(r, "vectorstore", None)
     if not (isinstance(r, VectorStoreRetriever) and r.search_type == "similarity"
             and store is not None and store.embeddings is not None):
@@ -77,6 +81,21 @@ def lower_retriever(w: Walker, r: BaseRetriever, src: Node) -> Node:
 
     async def search(args: dict[str, Any]) -> list[Any]:
         return await store.asimilarity_search_by_vector(args["x"], **kwargs)
+    vec = w.graph.add(Kind.EMBEDDING, "embed query", embed, {"x": src}, engine="embedding",
+                      batchable=True)
+    return w.graph.add(Kind.SEARCHING, "search", search, {"x": vec}, engine="vector")
+
+
+def _index_retriever(w: Walker, r: Any, src: Node) -> Node:
+    from langchain_agentrt.rag import _document
+
+    index, k = r.index, r.k
+
+    async def embed(args: dict[str, Any]) -> Any:
+        return await index.embedder.aembed_query(args["x"])
+
+    async def search(args: dict[str, Any]) -> list[Any]:
+        return [_document(hit) for hit in index.search(args["x"], k)]
     vec = w.graph.add(Kind.EMBEDDING, "embed query", embed, {"x": src}, engine="embedding",
                       batchable=True)
     return w.graph.add(Kind.SEARCHING, "search", search, {"x": vec}, engine="vector")
@@ -129,7 +148,9 @@ def _partial_prefill(template: BasePromptTemplate, runnable: Runnable, model: Ba
         if cut < 0 or len(ids) < MIN_PARTIAL_TOKENS:
             return None
         session = Session(engine)
-        current_node().store.setdefault("cleanup", []).append(session.close)
+        store = current_node().store
+        store.setdefault("sessions", []).append(session)
+        store.setdefault("cleanup", []).append(session.close)
         await session.aprefill(ids)
         return session
     return op
