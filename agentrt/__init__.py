@@ -15,7 +15,12 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     """``agentrt.Executor``: the LangChain ``AgentExecutor`` drop-in, imported on first use
-    so that ``import agentrt`` never needs LangChain."""
+    so that ``import agentrt`` never needs LangChain; ``agentrt.semantic_function`` and
+    ``agentrt.compile_graph``: :mod:`agentrt.graph`, imported on first use."""
+    if name in ("semantic_function", "compile_graph"):
+        import agentrt.graph as graph
+
+        return graph.semantic_function if name == "semantic_function" else graph.compile
     if name == "Executor":
         try:
             from langchain_agentrt.executor import Executor

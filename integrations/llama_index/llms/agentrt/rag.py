@@ -1,0 +1,147 @@
+"""Retrieval for LlamaIndex: agentrt's all-MiniLM-L6-v2 embeddings and a faiss-backed index.
+
+>>> from agentrt_tools.rag import chunk_corpus
+>>> from llama_index.llms.agentrt.rag import AgentRTEmbedding, faiss_vector_store_index
+>>> index = faiss_vector_store_index(chunk_corpus()[:200])
+>>> index.as_retriever(similarity_top_k=3).retrieve("how do I parse JSON?")
+
+``AgentRTEmbedding`` is a LlamaIndex ``BaseEmbedding`` over :class:`agentrt_tools.rag.Embedder`
+(offline, CPU, 384-d unit vectors). :func:`faiss_vector_store_index` stores the vectors in
+LlamaIndex's own ``FaissVectorStore`` (``llama-index-vector-stores-faiss``) over a faiss
+``IndexFlatIP``, so similarities are cosines. Importing this module loads neither the model nor
+faiss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+
+from agentrt_tools.rag.embeddings import MODEL_NAME, Embedder
+from agentrt_tools.rag.index import import_faiss
+
+if TYPE_CHECKING:
+    import numpy as np
+    from llama_index.core import VectorStoreIndex
+
+__all__ = ["AgentRTEmbedding", "faiss_vector_store_index"]
+
+FAISS_STORE_INSTALL_HINT = "pip install llama-index-vector-stores-faiss"
+
+
+class AgentRTEmbedding(BaseEmbedding):
+    """LlamaIndex embeddings on all-MiniLM-L6-v2 (384 floats, unit norm), offline on CPU.
+
+    >>> Settings.embed_model = AgentRTEmbedding()
+
+    Pass ``embedder=`` to use a given :class:`~agentrt_tools.rag.Embedder`; by default the
+    process-wide shared one is loaded at the first call. Async methods run in a worker thread.
+    """
+
+    model_name: str = Field(default=MODEL_NAME, description="The embedding model.")
+    embed_batch_size: int = Field(default=32, gt=0, le=2048,
+                                  description="Texts per forward pass.")
+    _embedder: Embedder | None = PrivateAttr(default=None)
+
+    def __init__(self, embedder: Embedder | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._embedder = embedder
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "AgentRTEmbedding"
+
+    @property
+    def embedder(self) -> Embedder:
+        """The :class:`~agentrt_tools.rag.Embedder` in use (loaded now if needed)."""
+        if self._embedder is None:
+            self._embedder = Embedder.load()
+        return self._embedder
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self.embedder.embed_query(query).tolist()
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return (await self.embedder.aembed_query(query)).tolist()
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self.embedder.embed_query(text).tolist()
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        return (await self.embedder.aembed_query(text)).tolist()
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self.embedder.embed(texts, batch_size=self.embed_batch_size).tolist()
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        vectors = await self.embedder.aembed(texts, batch_size=self.embed_batch_size)
+        return vectors.tolist()
+
+
+def faiss_vector_store_index(
+    texts: Sequence[str],
+    *,
+    metadatas: Sequence[Mapping[str, Any]] | None = None,
+    vectors: np.ndarray | None = None,
+    embed_model: BaseEmbedding | None = None,
+    show_progress: bool = False,
+) -> VectorStoreIndex:
+    """A LlamaIndex ``VectorStoreIndex`` of ``texts`` in a ``FaissVectorStore`` (cosine search).
+
+    Args:
+        texts: one ``TextNode`` is made per text (node text in the index's docstore, vector in
+            faiss).
+        metadatas: one mapping per text, set as the node's metadata.
+        vectors: precomputed unit-norm embeddings, shape ``(len(texts), dim)`` (e.g. from
+            :func:`agentrt_tools.rag.cached_embeddings`); None: embedded with ``embed_model``.
+        embed_model: embeds texts and, later, the retriever's queries; default
+            :class:`AgentRTEmbedding`.
+        show_progress: show LlamaIndex's progress bars while embedding.
+
+    Raises:
+        ModuleNotFoundError: ``llama-index-vector-stores-faiss`` or ``faiss-cpu`` is missing
+            (the message names the ``pip install``).
+    """
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.schema import TextNode
+
+    try:
+        from llama_index.vector_stores.faiss import FaissVectorStore
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "faiss_vector_store_index needs LlamaIndex's faiss vector store: "
+            f"`{FAISS_STORE_INSTALL_HINT}` (or `pip install agentrt[rag]`)",
+            name=exc.name,
+        ) from exc
+    faiss = import_faiss()
+
+    texts = list(texts)
+    metas = [dict(m) for m in metadatas] if metadatas is not None else [{} for _ in texts]
+    if len(metas) != len(texts):
+        raise ValueError(f"{len(texts)} texts but {len(metas)} metadatas")
+    if vectors is not None and len(vectors) != len(texts):
+        raise ValueError(f"{len(texts)} texts but {len(vectors)} vectors")
+    embed_model = embed_model if embed_model is not None else AgentRTEmbedding()
+    if vectors is not None:
+        dim = int(vectors.shape[1])
+    elif isinstance(embed_model, AgentRTEmbedding):
+        dim = embed_model.embedder.dim
+    else:
+        dim = len(embed_model.get_text_embedding("dimension probe"))
+    nodes = [
+        TextNode(
+            text=text, metadata=meta,
+            embedding=None if vectors is None else [float(x) for x in vectors[i]],
+        )
+        for i, (text, meta) in enumerate(zip(texts, metas, strict=True))
+    ]
+    store = FaissVectorStore(faiss_index=faiss.IndexFlatIP(dim))
+    return VectorStoreIndex(
+        nodes,
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=embed_model,
+        show_progress=show_progress,
+    )
