@@ -26,7 +26,7 @@ Op = Callable[[dict[str, Any]], Awaitable[Any]]
 """A node's work: awaited with ``{port: value}``; returns the node's output value."""
 
 
-class Kind(str, enum.Enum):
+class Kind(enum.StrEnum):
     """Primitive kinds: Teola's Table 1, plus ToolCall, Opaque and the graph's plumbing."""
 
     INPUT = "Input"
@@ -102,7 +102,8 @@ class Graph:
             inputs: dict[str, Node] | None = None, *, engine: str = "cpu",
             **attrs: Any) -> Node:
         """Add a node; ``inputs`` maps port names to producers already in the graph."""
-        node = Node(f"n{next(self._ids)}", kind, name, op, dict(inputs or {}), engine=engine, attrs=attrs)
+        node = Node(f"n{next(self._ids)}", kind, name, op, dict(inputs or {}), engine=engine,
+                    attrs=attrs)
         self.nodes.append(node)
         return node
 

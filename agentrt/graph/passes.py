@@ -19,10 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-
 from agentrt.graph.ir import Graph, Kind, Node
-from agentrt.graph.runtime import SKIPPED, current_node
+from agentrt.graph.runtime import SKIPPED, current_node, gather
 from agentrt.graph.streams import ItemStream
 
 __all__ = [
@@ -183,15 +181,7 @@ def _each(item_op):
 
 def _rest(item_op, k: int):
     async def op(args: dict[str, Any]) -> list[Any]:
-        items = (await args["stream"].all())[k:]
-        out: list[Any] = [None] * len(items)
-
-        async def one(j: int) -> None:
-            out[j] = await item_op(items[j])
-        async with anyio.create_task_group() as tg:
-            for j in range(len(items)):
-                tg.start_soon(one, j)
-        return out
+        return await gather(item_op, (await args["stream"].all())[k:])
     return op
 
 

@@ -25,13 +25,10 @@ import anyio
 from agentrt.graph.ir import Graph, Node
 from agentrt.session import request_tags
 
-__all__ = ["SKIPPED", "Failed", "GraphRuntime", "NodeContext", "current_node"]
+__all__ = ["SKIPPED", "Failed", "GraphRuntime", "NodeContext", "current_node", "gather"]
 
 SKIPPED: Any = type("Skipped", (), {"__repr__": lambda self: "SKIPPED"})()
 """The value of a node on a branch that was not taken."""
-
-LATENCY_BONUS = 0
-"""Added to every depth of an LLM request (room for objective-based bonuses)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +73,7 @@ class _Run:
     done: dict[int, anyio.Event] = field(default_factory=dict)
     store: dict[str, Any] = field(default_factory=dict)
     trace: list[tuple[str, float, float]] = field(default_factory=list)
+    depth_offset: int = 0
 
 
 class GraphRuntime:
@@ -87,10 +85,15 @@ class GraphRuntime:
         self.last_store: dict[str, Any] = {}
         """The last run's object store (e.g. ``sessions`` its partial prefills opened)."""
 
-    async def arun(self, graph: Graph, value: Any, *, query_id: str | None = None) -> Any:
-        """Run ``graph`` on ``value``; returns the output node's value or raises its error."""
+    async def arun(self, graph: Graph, value: Any, *, query_id: str | None = None,
+                   depth_offset: int = 0) -> Any:
+        """Run ``graph`` on ``value``; returns the output node's value or raises its error.
+
+        A graph run inside a node (one item of a map) passes its query and the node's depth
+        as ``depth_offset``, so its requests keep their place in the outer query's bucket.
+        """
         graph.compute_depths()
-        run = _Run(graph, query_id or f"query-{next(_queries)}")
+        run = _Run(graph, query_id or f"query-{next(_queries)}", depth_offset=depth_offset)
         for node in graph.nodes:
             run.done[id(node)] = anyio.Event()
         try:
@@ -130,7 +133,7 @@ class GraphRuntime:
             return marker
         ctx = NodeContext(node, run.query_id, run.store, spawn)
         token = _node.set(ctx)
-        tags = request_tags.set({"group": run.query_id, "depth": node.depth + LATENCY_BONUS})
+        tags = request_tags.set({"group": run.query_id, "depth": node.depth + run.depth_offset})
         start = anyio.current_time()
         try:
             return await node.op(args)
@@ -140,6 +143,18 @@ class GraphRuntime:
             run.trace.append((node.id, start, anyio.current_time()))
             request_tags.reset(tags)
             _node.reset(token)
+
+
+async def gather(fn: Callable[[Any], Awaitable[Any]], items: list[Any]) -> list[Any]:
+    """``[await fn(x) for x in items]``, the calls running concurrently."""
+    out: list[Any] = [None] * len(items)
+
+    async def one(i: int) -> None:
+        out[i] = await fn(items[i])
+    async with anyio.create_task_group() as tg:
+        for i in range(len(items)):
+            tg.start_soon(one, i)
+    return out
 
 
 def _marker(values, node: Node) -> Any:

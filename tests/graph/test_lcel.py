@@ -86,6 +86,10 @@ def test_map_reduce_summarisation(llm, engine):
     reduce_ = (PromptTemplate.from_template("Combine these notes into one sentence:\n{notes}")
                | llm | StrOutputParser())
     chain = split | mapper.map() | RunnableLambda(lambda xs: {"notes": "\n".join(xs)}) | reduce_
+    (mapped,) = [n for n in compile(chain).graph if "subgraph" in n.attrs]
+    assert mapped.kind is Kind.DECODING  # the map's items are LLM calls, lowered per item
+    assert kinds(mapped.attrs["subgraph"]) == ["Input", "Transform", "Prefilling", "Decoding",
+                                               "Transform"]
     assert same_result(chain, text)
     assert_kv_released(engine)
 

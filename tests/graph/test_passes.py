@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agentrt.graph import SKIPPED, Failed, Graph, GraphRuntime, Kind, ItemStream, optimize
+from agentrt.graph import SKIPPED, Failed, Graph, GraphRuntime, ItemStream, Kind, optimize
 from agentrt.graph.batching import form_batch, pending_from
 from agentrt.graph.passes import _cache
 from agentrt.intercept.policies import topology_order
@@ -29,7 +29,8 @@ def advanced_rag(num_docs: int = 64, max_batch: int = 16) -> Graph:
     embed = g.add(Kind.EMBEDDING, "embed docs", op(lambda texts: [len(t) for t in texts]),
                   {"texts": docs}, engine="embedding", batchable=True, batch_size=num_docs,
                   max_batch_size=max_batch)
-    ingest = g.add(Kind.INGESTION, "ingest", op(lambda vectors, texts: list(zip(texts, vectors))),
+    ingest = g.add(Kind.INGESTION, "ingest",
+                   op(lambda vectors, texts: list(zip(texts, vectors, strict=True))),
                    {"vectors": embed, "texts": docs}, engine="vector", batchable=True)
     expand_vars = g.add(Kind.AGGREGATE, "expand vars", op(lambda **kw: kw), {"question": question})
     expand_pf = g.add(Kind.PREFILLING, "expand prefill", op(lambda x: x), {"x": expand_vars},

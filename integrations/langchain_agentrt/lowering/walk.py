@@ -30,7 +30,8 @@ from langchain_core.runnables import (
 from langchain_core.runnables.base import RunnableEach
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
 
-from agentrt.graph import SKIPPED, Failed, Graph, Kind, Node
+from agentrt.graph import SKIPPED, Failed, Graph, GraphRuntime, Kind, Node, current_node, optimize
+from agentrt.graph.runtime import gather
 from langchain_agentrt.lowering import llm as llm_ops
 
 __all__ = ["RULES", "lower_runnable"]
@@ -112,10 +113,26 @@ def _binding(w: Walker, r: RunnableBinding, src: Node) -> Node:
 
 
 def _each(w: Walker, r: RunnableEach, src: Node) -> Node:
-    kind = Kind.SEARCHING if isinstance(r.bound, BaseRetriever) else Kind.TRANSFORM
-    node = w.runnable_node(kind, r, src, f"map({r.bound.get_name()})", batchable=True)
-    node.attrs["item_op"] = r.bound.ainvoke
-    return node
+    """``.map()``: the bound runnable lowered once into a graph that runs per item (items
+    concurrently, in the same query); the node takes the kind of its costliest primitive."""
+    sub = Graph(f"map({r.bound.get_name()})")
+    sub.output = Walker(sub).lower(r.bound, sub.input)
+    optimize(sub)
+
+    async def item_op(item: Any) -> Any:
+        ctx = current_node()
+        return await GraphRuntime().arun(sub, item, query_id=ctx.query_id,
+                                         depth_offset=ctx.node.depth)
+
+    async def op(args: dict[str, Any]) -> list[Any]:
+        return await gather(item_op, list(args["x"]))
+    kind = next((k for k in _COSTLIEST if sub.find(k)), Kind.TRANSFORM)
+    return w.graph.add(kind, sub.name, op, {"x": src}, engine=_ENGINES.get(kind, "cpu"),
+                       batchable=True, item_op=item_op, subgraph=sub)
+
+
+_COSTLIEST = (Kind.DECODING, Kind.OPAQUE, Kind.SEARCHING, Kind.EMBEDDING)
+_ENGINES = {Kind.DECODING: "llm", Kind.SEARCHING: "vector", Kind.EMBEDDING: "embedding"}
 
 
 # --- control flow ----------------------------------------------------------------------------
