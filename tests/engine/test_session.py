@@ -84,3 +84,22 @@ def test_agent_run_scope_frees_every_session(engine, chat, tokenizer):
     assert all(s.request_id is None for s in scope.sessions)
     assert not [r for r in engine.core.requests if r.startswith("session-")]
     assert engine.core.kv.num_free_blocks == free
+
+
+def test_prefill_only_call_keeps_its_kv_until_the_prompt_is_complete(engine, chat, tokenizer):
+    ids = tokenizer.encode(chat("Name three colours of the rainbow."), add_special_tokens=False)
+    known = ids[: len(ids) - 6]  # the part a graph knows early (instruction, question)
+    s = Session(engine, namespace=f"session-{next(_ns)}")
+    s.prefill(known)
+    rid = s.request_id
+    assert engine.core.requests[rid].status.value == "intercepted"  # waiting, KV kept
+    assert engine.core.requests[rid].num_computed_tokens == len(known)
+    out_text, out_ids = collect(s.stream(ids, PARAMS))
+    assert out_ids == fresh(engine, ids)
+    # (+1 when the token sampled after the known part happens to be the next prompt token)
+    assert s.stats.num_reused_tokens in (len(known), len(known) + 1)
+    assert s.stats.num_rollbacks == 0
+    assert s.stats.num_prefill_tokens == len(ids)  # each prompt token computed once
+    s.close()
+    load = engine.load()
+    assert load.num_free_blocks + load.num_evictable_blocks == load.num_total_blocks
