@@ -1,0 +1,459 @@
+"""Semantic functions and variables (Parrot): the application's DAG, run next to the engine.
+
+A semantic function is a prompt template whose ``{{input:x}}`` and ``{{output:y}}`` slots are
+semantic variables. Calling one inside a :class:`SemanticSession` only *submits*: it returns
+future variables, so the session knows the whole request DAG before anything runs. The first
+``get`` / ``aget`` / ``run`` starts an executor that dispatches a request as soon as its
+inputs have values — values flow between requests without a client round trip — with
+per-request objectives deduced from the criteria given to ``get`` (see
+:mod:`agentrt.graph.semantic_dag`) and prompt prefixes shared by ready requests filled once.
+
+>>> @semantic_function(max_tokens=48)
+... def write_code(task: SemanticVariable):
+...     \"\"\"Write python code for {{input:task}}. Code: {{output:code}}\"\"\"
+>>> with SemanticSession(engine) as s:
+...     code = write_code(s.variable("task", "reversing a string"))
+...     print(code.get(perf=Perf.LATENCY))
+
+A multi-output template is one engine request: the first output is generated with its KV
+kept (``keep_kv``); each next output resumes the same request with the text so far re-encoded
+— the previous output's raw text (stop string excluded) and the literal text after it — of
+which only the tokens after the common prefix with the held context are appended (a seam that
+re-tokenizes differently is rolled back with ``truncate_to``). So the model sees exactly the
+tokens a fresh call on the whole text would, while only the new text is prefilled.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import itertools
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+
+from agentrt.core.sampling_params import SamplingParams
+from agentrt.graph.semantic_dag import (
+    DagExecutor,
+    Node,
+    Perf,
+    SemanticError,
+    SemanticStats,
+    SessionDAG,
+)
+
+if TYPE_CHECKING:
+    from agentrt.engine.engine import Engine
+
+__all__ = ["Perf", "SemanticError", "SemanticFunction", "SemanticSession", "SemanticStats",
+           "SemanticVariable", "Template", "semantic_function"]
+
+_PLACEHOLDER = re.compile(r"\{\{\s*(input|output)\s*:\s*(\w+)\s*\}\}")
+_current: contextvars.ContextVar[SemanticSession | None] = contextvars.ContextVar(
+    "agentrt_semantic_session", default=None)
+_session_ids = itertools.count()
+
+
+# --- templates ----------------------------------------------------------------------------
+class Rendered(NamedTuple):
+    """A template with its inputs filled in."""
+
+    segments: list[str]
+    """The text before each output: the prompt, then the text between consecutive outputs."""
+    boundaries: list[int]
+    """Offsets in ``segments[0]`` where each input's value starts, then its end."""
+
+
+@dataclass(frozen=True)
+class Template:
+    """A parsed prompt template: literal text and ``("input"|"output", name)`` slots."""
+
+    pieces: tuple[str | tuple[str, str], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Template:
+        pieces: list[str | tuple[str, str]] = []
+        pos = 0
+        for m in _PLACEHOLDER.finditer(text):
+            pieces += [text[pos:m.start()], (m.group(1), m.group(2))]
+            pos = m.end()
+        pieces.append(text[pos:])
+        return cls(tuple(p for p in pieces if p != ""))
+
+    def names(self, kind: str) -> list[str]:
+        return list(dict.fromkeys(p[1] for p in self.pieces
+                                  if isinstance(p, tuple) and p[0] == kind))
+
+    def render(self, values: dict[str, str]) -> Rendered:
+        """Fill the inputs; text after the last output is not part of any prompt."""
+        segments, current, boundaries = [], "", []
+        for piece in self.pieces:
+            if isinstance(piece, str):
+                current += piece
+            elif piece[0] == "input":
+                if not segments:
+                    boundaries.append(len(current))
+                current += values[piece[1]]
+            else:
+                segments.append(current)
+                current = ""
+        boundaries.append(len(segments[0]))
+        return Rendered(segments, boundaries)
+
+
+# --- variables ----------------------------------------------------------------------------
+class SemanticVariable:
+    """A named value of a session: a constant, or the future output of a call or transform."""
+
+    def __init__(self, session: SemanticSession, name: str, producer: Node | None = None,
+                 value: Any = None) -> None:
+        self.session = session
+        self.name = name
+        self.producer = producer
+        self.value = value
+        self.error: SemanticError | None = None
+        self.is_ready = producer is None
+        self.event: Any = None
+        """An anyio.Event set when done (made in the executor's loop by a waiter)."""
+
+    @property
+    def is_done(self) -> bool:
+        """It has a value or an error."""
+        return self.is_ready or self.error is not None
+
+    def get(self, perf: Perf = Perf.LATENCY) -> Any:
+        """Block until the value is ready and return it; raises :class:`SemanticError` if
+        the call that computes it (or one upstream) failed. Starts the executor."""
+        return self.session.wait(self, perf)
+
+    async def aget(self, perf: Perf = Perf.LATENCY) -> Any:
+        """Async twin of :meth:`get`."""
+        return await self.session.await_(self, perf)
+
+    def transform(self, fn: Callable[[Any], Any], name: str | None = None) -> SemanticVariable:
+        """A new variable whose value is ``fn(value)``, computed when this one is ready (in
+        the executor's loop: keep ``fn`` quick); if ``fn`` raises, ``get`` on it (and on its
+        consumers) raises :class:`SemanticError`."""
+        return self.session.add_transform(self, fn, name)
+
+    def result(self) -> Any:
+        """The value if ready; the failure as a fresh :class:`SemanticError` otherwise."""
+        if self.error is not None:
+            raise SemanticError(self.error.function, self.error.error) from self.error.error
+        if not self.is_ready:
+            raise RuntimeError(f"variable {self.name!r} has no value yet")
+        return self.value
+
+    def __repr__(self) -> str:
+        state = repr(self.value) if self.is_ready else "error" if self.error else "pending"
+        return f"SemanticVariable({self.name!r}, {state})"
+
+
+# --- functions ----------------------------------------------------------------------------
+class SemanticFunction:
+    """A prompt template bound to a Python signature; calling it submits one request."""
+
+    def __init__(self, fn: Callable[..., Any], params: SamplingParams, chat: bool) -> None:
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.template = Template.parse(inspect.cleandoc(fn.__doc__ or ""))
+        self.signature = inspect.signature(fn)
+        self.params = params
+        self.chat = chat
+        self.outputs = self.template.names("output")
+        self._check(self.template.names("input"))
+
+    def _check(self, inputs: list[str]) -> None:
+        args = list(self.signature.parameters)
+        if set(inputs) != set(args):
+            raise ValueError(f"{self.name}: template inputs {inputs} must match the "
+                             f"parameters {args}")
+        if not self.outputs:
+            raise ValueError(f"{self.name}: the template has no {{{{output:...}}}} slot")
+        if self.chat and len(self.outputs) != 1:
+            raise ValueError(f"{self.name}: chat=True takes exactly one output")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit a call in the current session; returns the output variable (a tuple of
+        them for several outputs). Plain values become constant variables."""
+        session = _current.get()
+        if session is None:
+            raise RuntimeError(f"call {self.name}() inside `with SemanticSession(...)` or "
+                               "`async with SemanticSession(...)`")
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        inputs = {k: session.as_variable(k, v) for k, v in bound.arguments.items()}
+        outputs = session.add_call(self, inputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def render_prompt(self, rendered: Rendered, tokenizer: Any) -> str:
+        """The first output's prompt; in chat mode, one user turn ready for the answer."""
+        if not self.chat:
+            return rendered.segments[0]
+        messages = [{"role": "user", "content": rendered.segments[0]}]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+
+
+@overload
+def semantic_function(fn: Callable[..., Any], /) -> SemanticFunction: ...
+@overload
+def semantic_function(*, chat: bool = False, **sampling: Any
+                      ) -> Callable[[Callable[..., Any]], SemanticFunction]: ...
+
+
+def semantic_function(fn: Callable[..., Any] | None = None, /, *, chat: bool = False,
+                      **sampling: Any) -> Any:
+    """Make a semantic function of ``fn``, whose docstring is the prompt template.
+
+    ``sampling`` are :class:`SamplingParams` fields applied to each output (greedy by
+    default). ``chat=True`` sends the rendered prompt as one user message through the
+    tokenizer's chat template; the output is the assistant's answer. Output values are
+    stripped of surrounding whitespace. Usable bare (``@semantic_function``) or called.
+    """
+    params = SamplingParams(**sampling)
+
+    def wrap(f: Callable[..., Any]) -> SemanticFunction:
+        return SemanticFunction(f, params, chat)
+
+    return wrap if fn is None else wrap(fn)
+
+# --- sessions -----------------------------------------------------------------------------
+class SemanticSession:
+    """One application DAG: records semantic-function calls, then runs them on ``engine``.
+
+    ``with SemanticSession(engine) as s:`` runs the executor in a background event-loop
+    thread (``var.get()``); ``async with`` runs it in the caller's loop (``await
+    var.aget()``). Execution starts at the first ``get`` / ``aget`` / ``run``, with objectives
+    deduced over the DAG known then (again whenever it grows).
+
+    Priority mapping: every request is submitted with ``group=<session id>`` and
+    ``depth = longest distance to the DAG's sink (in requests) + LATENCY_BONUS (1000) if
+    deduced latency-sensitive``, so within the session latency-sensitive requests are
+    admitted before throughput ones, and the further from the sink the earlier.
+
+    With ``share_prefixes`` (and the engine's prefix cache on), when two or more ready
+    requests share at least ``min_shared_tokens`` prompt tokens, that prefix is prefilled
+    once before they are dispatched. ``namespace`` is the engine's prefix-cache namespace of
+    every request. Closing aborts unfinished requests; their ``get`` raises.
+    """
+
+    def __init__(self, engine: Engine | None = None, *, share_prefixes: bool = True,
+                 min_shared_tokens: int = 32, namespace: str = "") -> None:
+        if engine is None:
+            from agentrt.chat.engines import get_shared_engine
+            engine = get_shared_engine()
+        self.engine = engine
+        self.session_id = f"semantic-{next(_session_ids)}"
+        self.dag = SessionDAG()
+        self.executor = DagExecutor(engine, self.dag, self.session_id, namespace=namespace,
+                                    share_prefixes=share_prefixes,
+                                    min_shared_tokens=min_shared_tokens)
+        self._names: dict[str, itertools.count] = {}
+        self._mode: str | None = None  # "sync" | "async" once entered
+        self._closed = False
+        self._token: contextvars.Token | None = None
+        self._portal: Any = None  # sync mode, once started: the background loop's portal
+        self._start_lock = threading.Lock()
+        self._outer: Any = None  # async mode: the caller-side task group hosting the executor
+
+    @property
+    def stats(self) -> SemanticStats:
+        """Requests run and the tokens they cost (see :class:`SemanticStats`)."""
+        return self.executor.stats
+
+    # --- building the DAG ----------------------------------------------------------------
+    def variable(self, name: str, value: Any) -> SemanticVariable:
+        """A variable with a known value."""
+        self._check_open()
+        return SemanticVariable(self, name, value=value)
+
+    def as_variable(self, name: str, value: Any) -> SemanticVariable:
+        """``value`` if it is one of this session's variables, else a constant."""
+        if isinstance(value, SemanticVariable):
+            self._check_var(value)
+            return value
+        return self.variable(name, value)
+
+    def add_call(self, fn: SemanticFunction, inputs: dict[str, SemanticVariable]
+                 ) -> list[SemanticVariable]:
+        """Record a call of ``fn``; returns its output variables."""
+        node = Node(self._name(fn.name), inputs, [], fn)
+        node.outputs = [SemanticVariable(self, out, node) for out in fn.outputs]
+        self._add(node)
+        return node.outputs
+
+    def add_transform(self, var: SemanticVariable, fn: Callable[[Any], Any],
+                      name: str | None = None) -> SemanticVariable:
+        """Record ``fn`` applied to ``var``; returns the variable of its result."""
+        self._check_var(var)
+        label = getattr(fn, "__name__", "transform")
+        node = Node(self._name(label), {"value": var}, [], fn, is_request=False)
+        node.outputs = [SemanticVariable(self, name or f"{var.name}.{label}", node)]
+        self._add(node)
+        return node.outputs[0]
+
+    # --- analysis ------------------------------------------------------------------------
+    def objectives(self) -> dict[str, str]:
+        """Request name → ``"latency"`` or ``"throughput"``, deduced over the DAG known now."""
+        self._in_loop(self.dag.deduce)
+        return {n.name: n.objective for n in self.dag.nodes if n.is_request}
+
+    def task_groups(self) -> list[list[str]]:
+        """The request names of each task group (parallel requests at one stage)."""
+        self._in_loop(self.dag.deduce)
+        return [[n.name for n in group] for group in self.dag.task_groups()]
+
+    # --- running -------------------------------------------------------------------------
+    def wait(self, var: SemanticVariable, perf: Perf = Perf.LATENCY) -> Any:
+        """Block until ``var`` is computed and return its value (what ``var.get`` does)."""
+        self._check_var(var)
+        if self._mode == "async":
+            raise RuntimeError("in an `async with SemanticSession` use `await var.aget()`")
+        if not var.is_done:
+            self._start_sync()
+            self._portal.call(self.executor.wait, var, perf)
+        return var.result()
+
+    async def await_(self, var: SemanticVariable, perf: Perf = Perf.LATENCY) -> Any:
+        """Async twin of :meth:`wait`."""
+        self._check_var(var)
+        if self._mode == "sync":
+            return await anyio.to_thread.run_sync(self.wait, var, perf)
+        if not var.is_done:
+            self._check_started()
+            await self.executor.wait(var, perf)
+        return var.result()
+
+    def run(self) -> None:
+        """Run every call recorded so far to completion (failures surface on ``get``)."""
+        if self._mode == "async":
+            raise RuntimeError("in an `async with SemanticSession` use `await session.arun()`")
+        self._start_sync()
+        self._portal.call(self.executor.run_all)
+
+    async def arun(self) -> None:
+        """Async twin of :meth:`run`."""
+        if self._mode == "sync":
+            return await anyio.to_thread.run_sync(self.run)
+        self._check_started()
+        await self.executor.run_all()
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def __enter__(self) -> SemanticSession:
+        self._enter("sync")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.close()
+        finally:
+            _current.reset(self._token)
+
+    async def __aenter__(self) -> SemanticSession:
+        self._enter("async")
+        self._outer = anyio.create_task_group()
+        await self._outer.__aenter__()
+        await self._outer.start(self.executor.serve)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        try:
+            await self.aclose()
+        finally:
+            _current.reset(self._token)
+        return await self._outer.__aexit__(*exc)
+
+    def close(self) -> None:
+        """Abort unfinished requests and stop the executor; pending ``get`` calls raise.
+        Returns once nothing of the session runs in the engine."""
+        if self._mode == "async":
+            raise RuntimeError("close an `async with` session with `await session.aclose()`")
+        self._closed = True
+        if self._portal is not None:
+            self._portal.call(self.executor.stop, _CLOSED)
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        if self._mode == "sync":
+            return await anyio.to_thread.run_sync(self.close)
+        self._closed = True
+        await self.executor.stop(_CLOSED)
+
+    # --- helpers -------------------------------------------------------------------------
+    def _enter(self, mode: str) -> None:
+        self._check_open()
+        if self._mode is not None:
+            raise RuntimeError("a SemanticSession can be entered once")
+        self._mode = mode
+        self._token = _current.set(self)
+
+    def _start_sync(self) -> None:
+        self._check_open()
+        if self._mode != "sync":
+            raise RuntimeError("run a SemanticSession inside `with SemanticSession(...)`")
+        with self._start_lock:
+            if self._portal is None:
+                portal = _background_portal()
+                portal.start_task(self.executor.serve)
+                self._portal = portal
+
+    def _check_started(self) -> None:
+        self._check_open()
+        if self._mode != "async":
+            raise RuntimeError("run a SemanticSession inside `async with SemanticSession(...)`")
+
+    def _add(self, node: Node) -> None:
+        self._check_open()
+        self._in_loop(self.executor.add, node)
+
+    def _in_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` where the executor mutates the DAG (its loop thread once started)."""
+        return fn(*args) if self._portal is None else self._portal.call(fn, *args)
+
+    def _name(self, base: str) -> str:
+        return f"{base}#{next(self._names.setdefault(base, itertools.count()))}"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the SemanticSession {self.session_id} is closed")
+
+    def _check_var(self, var: SemanticVariable) -> None:
+        if var.session is not self:
+            raise ValueError(f"variable {var.name!r} belongs to {var.session.session_id}, "
+                             f"not to {self.session_id}: variables cannot cross sessions")
+
+
+_CLOSED = "the session was closed before this value was computed"
+_portal_lock = threading.Lock()
+_portal: Any = None
+
+
+def _background_portal() -> Any:
+    """The portal of the one event loop (a daemon thread) that runs every sync session.
+
+    NOTE: the loop lives as long as the process: the engine's driver thread may still
+    deliver an update of an aborted request to it just after a session closed.
+    """
+    global _portal
+    with _portal_lock:
+        if _portal is None:
+            ready, box = threading.Event(), []
+
+            async def host() -> None:
+                async with anyio.from_thread.BlockingPortal() as portal:
+                    box.append(portal)
+                    ready.set()
+                    await anyio.sleep_forever()
+
+            threading.Thread(target=anyio.run, args=(host,), name="agentrt-semantic",
+                             daemon=True).start()
+            ready.wait()
+            _portal = box[0]
+        return _portal
