@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from agentrt.config import EngineConfig
+from agentrt.core.openmp import release_openmp_pool
 from agentrt.core.request import Pause, Request
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.llm_engine import LLMEngine, StepUpdate
@@ -42,6 +43,7 @@ class Engine:
         elif model is not None or options:
             raise ValueError("pass either config= or model/options, not both")
         self.core = LLMEngine(config)
+        release_openmp_pool()  # the loading thread's workers would slow the engine thread
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._subscribers: dict[str, Callable[[StepUpdate | BaseException], None]] = {}

@@ -28,6 +28,15 @@ def test_kernel_equals_its_reference(cls, rows):
                                rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("cls", [Q8Linear, Q4Linear])
+def test_kernel_dequantization_is_exactly_the_reference(cls):
+    """Prefill-sized batches run a GEMM on the kernel's dequantized weight: bit-equal to
+    the torch reference, so prefill keeps the float model's numbers."""
+    layer = cls(torch.randn(160, 128, generator=torch.Generator().manual_seed(7)))
+    assert layer._kernel is not None, "the AVX2 kernel did not build on this machine"
+    assert torch.equal(layer.dequantized(), dequantize(layer.weight))
+
+
 @pytest.mark.parametrize("bits", [4, 8])
 def test_quantization_error_is_bounded_by_the_grid(bits):
     weight = torch.randn(64, 128)

@@ -24,7 +24,9 @@ from agentrt import env
 __all__ = ["KernelUnavailable", "load_library"]
 
 _SOURCES = Path(__file__).parent
-_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+# -ffp-contract=off: a dequantized weight is d * q + mn in two roundings, like the reference
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC",
+          "-std=c++17"]
 
 
 class KernelUnavailable(RuntimeError):

@@ -107,3 +107,37 @@ extern "C" void agentrt_q4_linear(const float* x, int64_t M, int64_t K, const ui
                                   int32_t num_threads) {
     linear<true>(x, M, K, q, d, mn, M > 0 ? N : 0, out, num_threads);
 }
+
+// The float32 (N, K) weight of a quantized one, for prefill-sized batches that run as a GEMM.
+// w = d * q (+ mn) in two roundings (no FMA), exactly as the torch reference computes it.
+template <bool FOUR_BIT>
+static void dequantize(int64_t N, int64_t K, const void* q, const float* d, const float* mn,
+                       float* out, int32_t num_threads) {
+    const int64_t groups = K / G, row_bytes = FOUR_BIT ? K / 2 : K;
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+        const char* qrow = (const char*)q + n * row_bytes;
+        for (int64_t g = 0; g < groups; ++g) {
+            __m256 w[4];
+            if (FOUR_BIT) load_q4((const uint8_t*)qrow + g * (G / 2), w);
+            else load_q8((const int8_t*)qrow + g * G, w);
+            const __m256 scale = _mm256_set1_ps(d[n * groups + g]);
+            const __m256 low = _mm256_set1_ps(FOUR_BIT ? mn[n * groups + g] : 0.f);
+            float* o = out + n * K + g * G;
+            for (int j = 0; j < 4; ++j) {
+                __m256 v = _mm256_mul_ps(w[j], scale);
+                _mm256_storeu_ps(o + 8 * j, FOUR_BIT ? _mm256_add_ps(v, low) : v);
+            }
+        }
+    }
+}
+
+extern "C" void agentrt_q8_dequantize(int64_t N, int64_t K, const int8_t* q, const float* d,
+                                      float* out, int32_t num_threads) {
+    dequantize<false>(N, K, q, d, nullptr, out, num_threads);
+}
+
+extern "C" void agentrt_q4_dequantize(int64_t N, int64_t K, const uint8_t* q, const float* d,
+                                      const float* mn, float* out, int32_t num_threads) {
+    dequantize<true>(N, K, q, d, mn, out, num_threads);
+}

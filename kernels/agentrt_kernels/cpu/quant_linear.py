@@ -10,15 +10,15 @@ A weight that came from a GGUF file of the same form (the default model's linear
 Q4_1, its embeddings Q8_0) is recovered exactly: GGUF's quantizers put each group's extreme
 values at the ends of the grid, which is where :func:`quantize` puts them again.
 :class:`QuantLinear` runs decode-sized batches through the AVX2 kernel
-(``quant_linear.cpp``) and prefill-sized ones by dequantizing into a float32 GEMM, where compute,
-not bandwidth, is the limit. :func:`ref_quant_linear` is the torch twin the tests compare to;
-without a compiler or AVX2 the layer runs it.
+(``quant_linear.cpp``) and prefill-sized ones by dequantizing (also in C++) into a float32
+GEMM, where compute, not bandwidth, is the limit. :func:`ref_quant_linear` is the torch twin
+the tests compare to; without a compiler or AVX2 the layer runs it.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -90,16 +90,29 @@ class QuantLinear:
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         rows = h.shape[0]
-        if self._kernel is None or rows > MAX_KERNEL_ROWS or h.dtype != torch.float32:
+        if self._kernel is None or h.dtype != torch.float32:
             return ref_quant_linear(h, self.weight, self.bias).to(h.dtype)
+        if rows > MAX_KERNEL_ROWS:
+            return F.linear(h, self.dequantized(), self.bias)
         h = h.contiguous()
         out = torch.empty(rows, self.out_features, dtype=torch.float32)
         w = self.weight
-        extra = () if w.mn is None else (w.mn.data_ptr(),)
-        self._kernel(h.data_ptr(), rows, self.in_features, w.q.data_ptr(), w.d.data_ptr(),
-                     *extra, self.out_features, out.data_ptr(), torch.get_num_threads())
+        self._kernel.linear(h.data_ptr(), rows, self.in_features, w.q.data_ptr(),
+                            w.d.data_ptr(), *_minimums(w), self.out_features, out.data_ptr(),
+                            torch.get_num_threads())
         if self.bias is not None:
             out += self.bias
+        return out
+
+    def dequantized(self) -> torch.Tensor:
+        """The float32 weight, equal to :func:`dequantize` (by the kernel when it runs)."""
+        if self._kernel is None:
+            return dequantize(self.weight)
+        w = self.weight
+        out = torch.empty(self.out_features, self.in_features, dtype=torch.float32)
+        self._kernel.dequantize(self.out_features, self.in_features, w.q.data_ptr(),
+                                w.d.data_ptr(), *_minimums(w), out.data_ptr(),
+                                torch.get_num_threads())
         return out
 
     @property
@@ -125,18 +138,28 @@ def _nonzero(d: torch.Tensor) -> torch.Tensor:
     return torch.where(d == 0, torch.ones_like(d), d)
 
 
-def _kernel(bits: int):
-    """The C entry point for ``bits``, or None (the reference runs) where it cannot be built."""
+def _minimums(w: QuantWeight) -> tuple[int, ...]:
+    return () if w.mn is None else (w.mn.data_ptr(),)
+
+
+class _Kernels(NamedTuple):
+    linear: Any
+    dequantize: Any
+
+
+def _kernel(bits: int) -> _Kernels | None:
+    """The C entry points for ``bits``, or None (the reference runs) where they cannot be
+    built."""
     try:
         lib = load_library("quant_linear")
     except KernelUnavailable:
         return None
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
-    if bits == 8:
-        fn = lib.agentrt_q8_linear
-        fn.argtypes = [p, i64, i64, p, p, i64, p, i32]
-    else:
-        fn = lib.agentrt_q4_linear
-        fn.argtypes = [p, i64, i64, p, p, p, i64, p, i32]
-    fn.restype = None
-    return fn
+    scales = [p] if bits == 8 else [p, p]  # d, and mn for 4 bits
+    linear = getattr(lib, f"agentrt_q{bits}_linear")
+    linear.argtypes = [p, i64, i64, p, *scales, i64, p, i32]
+    dequant = getattr(lib, f"agentrt_q{bits}_dequantize")
+    dequant.argtypes = [i64, i64, p, *scales, p, i32]
+    for fn in (linear, dequant):
+        fn.restype = None
+    return _Kernels(linear, dequant)

@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from agentrt.core.openmp import release_openmp_pool
+
 __all__ = ["INSTALL_HINT", "MODEL_NAME", "Embedder", "model_path"]
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -157,9 +159,13 @@ class Embedder:
             return out
         batch_size = max(1, int(batch_size))
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            out[rows] = self._embed_batch([texts[i] for i in rows])
+        try:
+            for start in range(0, len(order), batch_size):
+                rows = order[start:start + batch_size]
+                out[rows] = self._embed_batch([texts[i] for i in rows])
+        finally:
+            # NOTE: this thread's OpenMP workers would otherwise slow the engine's thread
+            release_openmp_pool()
         return out
 
     def embed_query(self, text: str) -> np.ndarray:

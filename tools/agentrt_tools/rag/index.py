@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
+from agentrt.core.openmp import release_openmp_pool
+
 if TYPE_CHECKING:
     from agentrt_tools.rag.embeddings import Embedder
 
@@ -171,7 +173,10 @@ class VectorIndex:
         k = min(int(k), len(self._texts))
         if k <= 0 or matrix.shape[0] == 0:
             return [[] for _ in range(matrix.shape[0])]
-        scores, rows = self._faiss.search(matrix, k)
+        try:
+            scores, rows = self._faiss.search(matrix, k)
+        finally:
+            release_openmp_pool()  # faiss's OpenMP workers would slow the engine's thread
         return [
             [
                 Hit(self._texts[r], float(s), int(r), dict(self._metadatas[r]))
