@@ -372,7 +372,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     def count_tokens(text: str) -> int:
         return len(engine.tokenizer.encode(text, add_special_tokens=False))
     counters: dict[str, Counters] = {"langchain": engine_counters, "agentrt": engine_counters}
-    print(f"engine: agentrt, {engine.config.model or 'SmolLM2-135M-Instruct'} float32, greedy; "
+    print(f"engine: agentrt, {engine.config.model or 'SmolLM2-135M-Instruct'} float32 "
+          f"(quantization: {args.quantization}), greedy; "
           f"index: faiss over {args.docs} corpus chunks, k={args.k} per expanded query; "
           f"max tokens (every side): expansion {args.expansion_tokens}, synthesis "
           f"{args.synthesis_tokens}")

@@ -299,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     def count_tokens(text: str) -> int:
         return len(engine.tokenizer.encode(text, add_special_tokens=False))
     counters: dict[str, Counters] = {"langchain": engine_counters, "agentrt": engine_counters}
-    print(f"engine: agentrt, SmolLM2-135M-Instruct float32, greedy; document: {args.module}'s "
+    print(f"engine: agentrt, SmolLM2-135M-Instruct float32 (quantization: {args.quantization}), "
+          f"greedy; document: {args.module}'s "
           f"docstring, {len(sizes)} chunks of {', '.join(map(str, sizes))} tokens; max tokens "
           f"(every side): map {args.map_tokens}, reduce {args.reduce_tokens}")
     if args.skip_hf:
