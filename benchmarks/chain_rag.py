@@ -61,15 +61,28 @@ Benchmark-only dependency (like llama-cpp-python for engine.py): ``langchain-hug
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
 import statistics
-import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from _three_sides import (
+    SHORT,
+    SIDES,
+    Counters,
+    Pair,
+    Run,
+    Table,
+    add_hf_side,
+    add_side_args,
+    check_outputs,
+    engine_counters,
+    finish,
+    print_trace,
+    rotated,
+    start,
+    timed,
+)
 from langchain_core.output_parsers import CommaSeparatedListOutputParser, StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
@@ -80,8 +93,6 @@ from agentrt_tools.rag import default_index
 from langchain_agentrt import ChatAgentRT
 from langchain_agentrt.rag import VectorIndexRetriever
 
-TARGET = 1.5
-"""The issue's target: agentrt end-to-end latency ≥ 1.5× better than LangChain's."""
 SYSTEM = ("You are a careful assistant for questions about the Python standard library. "
           "Answer in two short sentences, using the context when it helps.")
 EXPAND = [
@@ -101,11 +112,6 @@ QUESTIONS = (
     "How do I match text with a regular expression?",
     "How do I create a temporary directory?",
 )
-SIDES = ("hf", "langchain", "agentrt")
-LABELS = {"hf": "LangChain + HF transformers", "langchain": "LangChain + ChatAgentRT",
-          "agentrt": "agentrt (lowered)"}
-SHORT = {"hf": "LC+HF", "langchain": "LC+ChatAgentRT", "agentrt": "agentrt"}
-RATIOS = {"hf": "HF / agentrt-lowered", "langchain": "LangChain+ChatAgentRT / agentrt-lowered"}
 
 
 # --- the chain -------------------------------------------------------------------------------
@@ -137,21 +143,6 @@ def format_docs(docs_per_query: list[list[Any]], max_chars: int) -> str:
 
 
 # --- measurement -----------------------------------------------------------------------------
-Counters = Callable[[], tuple[int, int, int]]
-"""A side's running totals: (prefill tokens computed, prefix-cache hit tokens, decode tokens)."""
-
-
-@dataclass(frozen=True)
-class Run:
-    """One timed call: wall seconds, its outputs and the side's counters' deltas."""
-
-    seconds: float
-    outputs: list[str]
-    num_prefill: int
-    num_cached: int
-    num_decode: int
-
-
 @dataclass
 class SideResult:
     sequential: list[Run] = field(default_factory=list)
@@ -165,22 +156,6 @@ class SideResult:
     @property
     def batch_seconds(self) -> float:
         return statistics.median(r.seconds for r in self.batches)
-
-
-def timed(engine: Engine, counters: Counters, call: Callable[[], Any]) -> Run:
-    """Run ``call`` on a cold prefix cache; its wall time, outputs and counter deltas."""
-    engine.clear_prefix_cache()
-    before = counters()
-    start = time.perf_counter()
-    out = call()
-    seconds = time.perf_counter() - start
-    prefill, cached, decode = (b - a for a, b in zip(before, counters(), strict=True))
-    return Run(seconds, out if isinstance(out, list) else [out], prefill, cached, decode)
-
-
-def rotated(sides: Sequence[str], i: int) -> list[str]:
-    k = i % len(sides)
-    return [*sides[k:], *sides[:k]]
 
 
 def measure(engine: Engine, runners: dict[str, Any], counters: dict[str, Counters],
@@ -207,77 +182,33 @@ def measure(engine: Engine, runners: dict[str, Any], counters: dict[str, Counter
 
 # --- report ----------------------------------------------------------------------------------
 def print_table(results: dict[str, SideResult], n: int) -> None:
-    keys = [k for k in SIDES if k in results]
-    peers = [k for k in ("hf", "langchain") if k in results]
+    table = Table(list(results))
     ag = results["agentrt"]
-    header = [""] + [LABELS[k] for k in keys]
-    for k in peers:
-        header += [RATIOS[k], "target"]
-    rows = [header]
 
-    def latency(label: str, value: Callable[[SideResult], float]) -> None:
-        row = [label] + [f"{value(results[k]):.2f} s" for k in keys]
-        for k in peers:
-            ratio = value(results[k]) / value(ag)
-            verdict = "met" if ratio >= TARGET else "not met"
-            row += [f"{ratio:.2f}×", f"≥ {TARGET:.1f}× ({verdict})"]
-        rows.append(row)
+    def each(value: Callable[[SideResult], float]) -> dict[str, float]:
+        return {k: value(r) for k, r in results.items()}
 
-    def count(label: str, value: Callable[[str, SideResult], float | None]) -> None:
-        vals = {k: value(k, results[k]) for k in keys}
-        row = [label] + ["—" if vals[k] is None else f"{vals[k]:,.0f}" for k in keys]
-        for k in peers:
-            a, b = vals[k], vals["agentrt"]
-            row += ["—" if a is None or not b else f"{a / b:.2f}×", ""]
-        rows.append(row)
+    def cached(value: Callable[[SideResult], float]) -> dict[str, float | None]:
+        return {k: None if k == "hf" else value(r) for k, r in results.items()}  # no cache
 
-    def cached(value: Callable[[SideResult], float]) -> Callable[[str, SideResult], float | None]:
-        return lambda k, r: None if k == "hf" else value(r)  # HF has no prefix cache
-
-    batched = all(results[k].batches for k in keys)
-    latency(f"latency per query, sequential (mean of {n})", lambda r: r.mean("seconds"))
+    table.latency(f"latency per query, sequential (mean of {n})", each(lambda r: r.mean("seconds")))
+    batched = all(r.batches for r in results.values())
     if batched:
-        k = len(ag.batches)
-        latency(f"batch of {n}, wall (all done; median of {k})", lambda r: r.batch_seconds)
-        latency(f"batch of {n}, per query", lambda r: r.batch_seconds / n)
-    count("prefill tokens computed per query (seq.)", lambda k, r: r.mean("num_prefill"))
-    count("prefix-cache hit tokens per query (seq.)", cached(lambda r: r.mean("num_cached")))
-    count("decode tokens per query (seq.)", lambda k, r: r.mean("num_decode"))
+        table.latency(f"batch of {n}, wall (all done; median of {len(ag.batches)})",
+                      each(lambda r: r.batch_seconds))
+        table.latency(f"batch of {n}, per query", each(lambda r: r.batch_seconds / n))
+    table.count("prefill tokens computed per query (seq.)", each(lambda r: r.mean("num_prefill")))
+    table.count("prefix-cache hit tokens per query (seq.)", cached(lambda r: r.mean("num_cached")))
+    table.count("decode tokens per query (seq.)", each(lambda r: r.mean("num_decode")))
     if batched:
-        count(f"prefill tokens computed, batch of {n} (last)",
-              lambda k, r: r.batches[-1].num_prefill)
-        count(f"prefix-cache hit tokens, batch of {n} (last)",
-              cached(lambda r: r.batches[-1].num_cached))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for k, row in enumerate(rows):
-        cells = [c.ljust(w) if i == 0 else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        print("| " + " | ".join(cells) + " |")
-        if k == 0:
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    print("A ratio > 1 means agentrt (lowered) is faster (less time, or fewer tokens).")
-    if "hf" in results:
-        print("HF has no prefix cache: its prefill tokens are the sum of the prompts every "
-              "model.generate call received. Decode tokens, every side: tokens fed through a "
-              "decode step (all generated tokens but the last of each reply).")
+        table.count(f"prefill tokens computed, batch of {n} (last)",
+                    each(lambda r: r.batches[-1].num_prefill))
+        table.count(f"prefix-cache hit tokens, batch of {n} (last)",
+                    cached(lambda r: r.batches[-1].num_cached))
+    table.print()
 
 
-def print_trace(fast: Any, trace: list[tuple[str, float, float]]) -> None:
-    """Where an agentrt query's time went: each op's span, from the run's start."""
-    if not trace:
-        return
-    nodes = {n.id: n for n in fast.graph}
-    t0 = min(start for _, start, _ in trace)
-    print("agentrt trace of the last sequential query (op spans, s from the start; an LLM "
-          "op's span includes waiting for the engine):")
-    for node_id, start, end in sorted(trace, key=lambda t: (t[1], t[2])):
-        node = nodes.get(node_id)
-        label = f"{node.kind.value} {node.name}" if node is not None else node_id
-        print(f"  {node_id:<4} {label:<45} {start - t0:6.2f} → {end - t0:6.2f}  "
-              f"({end - start:5.2f})")
-
-
-def answer_pairs(results: dict[str, SideResult], side: str) -> list[tuple[str, str, str]]:
+def answer_pairs(results: dict[str, SideResult], side: str) -> list[Pair]:
     """(label, ``side``'s answer, agentrt's answer) for every timed question."""
     x, ag = results[side], results["agentrt"]
     pairs = [(f"sequential q{i + 1}", a.outputs[0], b.outputs[0])
@@ -286,36 +217,6 @@ def answer_pairs(results: dict[str, SideResult], side: str) -> list[tuple[str, s
         pairs += [(f"batch {j + 1} q{i + 1}", a, b)
                   for i, (a, b) in enumerate(zip(u.outputs, v.outputs, strict=True))]
     return pairs
-
-
-def first_difference(a: str, b: str, count_tokens: Callable[[str], int]) -> str:
-    """Where ``a`` and ``b`` first differ: character offset, tokens of the common prefix, and
-    both texts from a little before there."""
-    i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    lo = max(0, i - 20)
-    return (f"at character {i} (after {count_tokens(a[:i])} tokens of common text): "
-            f"…{a[lo:i + 40]!r} vs agentrt …{b[lo:i + 40]!r}")
-
-
-def check_outputs(results: dict[str, SideResult], count_tokens: Callable[[str], int]) -> bool:
-    """LangChain+ChatAgentRT vs agentrt-lowered must be identical: print every mismatch and
-    return False if any. HF vs agentrt-lowered: report how many match and where they differ."""
-    pairs = answer_pairs(results, "langchain")
-    bad = [(label, a, b) for label, a, b in pairs if a != b]
-    for label, a, b in bad:
-        print(f"MISMATCH ({label}):\n  LangChain+ChatAgentRT: {a!r}\n"
-              f"  agentrt (lowered):     {b!r}")
-    print(f"greedy answers identical, LangChain+ChatAgentRT vs agentrt (lowered): "
-          f"{len(pairs) - len(bad)}/{len(pairs)}")
-    if "hf" in results:
-        pairs = answer_pairs(results, "hf")
-        diff = [(label, a, b) for label, a, b in pairs if a != b]
-        print(f"greedy final answers identical, LangChain + HF transformers vs agentrt "
-              f"(lowered): {len(pairs) - len(diff)}/{len(pairs)}"
-              + (f"; {len(diff)} differ (reported, not a failure):" if diff else ""))
-        for label, a, b in diff:
-            print(f"  HF differs ({label}) {first_difference(a, b, count_tokens)}")
-    return not bad
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -339,11 +240,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="max tokens of the query-expansion call (default: %(default)s)")
     p.add_argument("--synthesis-tokens", type=int, default=48,
                    help="max tokens of the synthesis call (default: %(default)s)")
-    p.add_argument("--quantization", default="none", choices=("none", "int8", "int4"),
-                   help="agentrt's weight format (int4 = the GGUF's own Q4_1 groups: the same "
-                        "weights HF runs dequantized, so greedy outputs stay identical)")
-    p.add_argument("--skip-hf", action="store_true",
-                   help="skip the LangChain + HF transformers side (the slowest: ~15-18 tok/s)")
+    add_side_args(p)
     args = p.parse_args(argv)
     if not 1 <= args.queries <= len(QUESTIONS):
         p.error(f"--queries must be in 1..{len(QUESTIONS)}")
@@ -354,9 +251,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    started = time.perf_counter()
-    print(f"command: {shlex.join(sys.orig_argv)}")
-    print(f"load average at the start: {load_average()}")
+    started = start()
     engine = Engine(dtype="float32", quantization=args.quantization)
     llm = ChatAgentRT(engine=engine, max_tokens=args.synthesis_tokens)
     retriever = VectorIndexRetriever(index=default_index(args.docs), k=args.k)
@@ -364,14 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     fast = compile_graph(chain)
     # the same call protocol on every side: invoke / batch
     runners: dict[str, Any] = {"langchain": chain, "agentrt": fast}
-
-    def engine_counters() -> tuple[int, int, int]:
-        s = engine.stats
-        return s.num_prefill_tokens, s.num_cached_tokens, s.num_decode_tokens
-
-    def count_tokens(text: str) -> int:
-        return len(engine.tokenizer.encode(text, add_special_tokens=False))
-    counters: dict[str, Counters] = {"langchain": engine_counters, "agentrt": engine_counters}
+    counters: dict[str, Counters] = dict.fromkeys(runners, engine_counters(engine))
     print(f"engine: agentrt, {engine.config.model or 'SmolLM2-135M-Instruct'} float32 "
           f"(quantization: {args.quantization}), greedy; "
           f"index: faiss over {args.docs} corpus chunks, k={args.k} per expanded query; "
@@ -380,17 +268,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.skip_hf:
         print("LangChain + HF transformers: skipped (--skip-hf)")
     else:
-        from importlib.metadata import version
-
-        from _hf_peer import HFPeer
-
-        hf = HFPeer(engine.core.model_path)
-        runners["hf"] = build_chain(hf.chat(args.expansion_tokens), hf.chat(args.synthesis_tokens),
-                                    retriever, args)
-        counters["hf"] = hf.counters
-        print(f"peer: LangChain + HF transformers {version('transformers')} (torch "
-              f"{version('torch')}, langchain-huggingface {version('langchain-huggingface')}), "
-              f"float32 from {engine.core.model_path}, greedy, one pipeline per step")
+        add_hf_side(engine, runners, counters, lambda hf: build_chain(
+            hf.chat(args.expansion_tokens), hf.chat(args.synthesis_tokens), retriever, args))
     print("optimised agentrt graph (passes applied: "
           f"{', '.join(fast.graph.applied) or 'none'}):")
     print(fast.graph)
@@ -401,22 +280,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     questions = QUESTIONS[: args.queries]
     print(f"timing {len(questions)} questions (prefix cache cleared before every timed run):")
     results = measure(engine, runners, counters, questions, args.batch_repeats)
-    print_trace(fast, results["agentrt"].trace)
+    print_trace(fast, results["agentrt"].trace, "the last sequential query")
 
     print()
     print_table(results, len(questions))
-    same = check_outputs(results, count_tokens)
+    pairs = {side: answer_pairs(results, side) for side in ("hf", "langchain") if side in results}
+    same = check_outputs(pairs, "answers", lambda text: len(
+        engine.tokenizer.encode(text, add_special_tokens=False)))
     engine.close()
-    print(f"load average at the end: {load_average()} (other processes share these 2 cores: "
-          "absolute times are noisy; the ratios compare runs made side by side)")
-    print(f"{time.perf_counter() - started:.0f} s in all; command: {shlex.join(sys.orig_argv)}")
-    if not same:
-        sys.exit("FAILED: LangChain+ChatAgentRT and agentrt (lowered) produced different greedy "
-                 "outputs (see above)")
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    finish(started, same)
 
 
 if __name__ == "__main__":
