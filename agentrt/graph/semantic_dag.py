@@ -216,7 +216,7 @@ class PrefixStore:
     def __init__(self) -> None:
         self.requests: dict[str, list[Node]] = {}
         self._order: dict[Node, list[str]] = {}
-        self._filled: set[str] = set()
+        self._filled: dict[str, Any] = {}  # prefix hash -> anyio.Event, set when filled
 
     @staticmethod
     def hash_text(text: str) -> str:
@@ -246,13 +246,15 @@ class PrefixStore:
                     break
         return groups
 
-    def claim(self, prefix_ids: list[int]) -> bool:
-        """True the first time these prefix tokens are to be filled in this session."""
+    def fill_of(self, prefix_ids: list[int]) -> tuple[Any, bool]:
+        """The event set once these prefix tokens are filled, and whether the caller is the
+        first to ask (and must fill them); later groups sharing the prefix wait on it."""
         key = self.hash_text(",".join(map(str, prefix_ids)))
-        if key in self._filled:
-            return False
-        self._filled.add(key)
-        return True
+        event = self._filled.get(key)
+        if event is not None:
+            return event, False
+        event = self._filled[key] = anyio.Event()
+        return event, True
 
 
 class DagExecutor:
@@ -325,18 +327,24 @@ class DagExecutor:
 
     # --- dispatch --------------------------------------------------------------------------
     async def _drive(self) -> None:
-        """Dispatch every node whose inputs are done, round after round."""
+        """Dispatch every node whose inputs are done, round after round. Requests that share
+        a prompt prefix start once it is filled; the rest start at once."""
         while True:
             self._changed = anyio.Event()
             self.dag.deduce()
             ready = self._take_ready()
             requests = [n for n in ready if n.is_request and self._prepare(n)]
-            if requests and self.share_prefixes:
-                await self._share(requests)
-            for node in ready:
-                if node.state == "running":
-                    self._tg.start_soon(self._execute, node)
+            groups = self.prefixes.groups(requests) if self.share_prefixes and requests else []
+            sharing = {n for group in groups for n in group}
+            self._start([n for n in ready if n not in sharing])
+            for group in groups:
+                self._tg.start_soon(self._share_then_start, group)
             await self._changed.wait()
+
+    def _start(self, nodes: list[Node]) -> None:
+        for node in nodes:
+            if node.state == "running":
+                self._tg.start_soon(self._execute, node)
 
     def _take_ready(self) -> list[Node]:
         """Mark running the pending nodes whose inputs are done; fail those fed an error."""
@@ -370,14 +378,21 @@ class DagExecutor:
         self.prefixes.add(node, [tag + rendered.segments[0][:b] for b in rendered.boundaries])
         return True
 
-    async def _share(self, requests: list[Node]) -> None:
-        """Fill once each prefix that two or more ready requests share (token level: the
-        common prefix of their tokenized prompts, so a seam never splits differently)."""
-        for group in self.prefixes.groups(requests):
-            shared = common_prefix([n.prompt_ids for n in group])
-            shared = shared[: min(len(n.prompt_ids) for n in group) - 1]
-            if len(shared) >= self.min_shared_tokens and self.prefixes.claim(shared):
-                await self._fill(shared, max(n.priority for n in group))
+    async def _share_then_start(self, group: list[Node]) -> None:
+        """Fill the token prefix ``group`` shares (the common prefix of its tokenized prompts,
+        so a seam never splits differently) once, then start the group's requests."""
+        shared = common_prefix([n.prompt_ids for n in group])
+        shared = shared[: min(len(n.prompt_ids) for n in group) - 1]
+        if len(shared) >= self.min_shared_tokens:
+            filled, first = self.prefixes.fill_of(shared)
+            if first:
+                try:
+                    await self._fill(shared, max(n.priority for n in group))
+                finally:
+                    filled.set()
+            else:
+                await filled.wait()
+        self._start(group)
 
     async def _fill(self, prefix_ids: list[int], depth: int) -> None:
         """Prefill ``prefix_ids``; on finishing, its KV pages go to the radix prefix cache."""

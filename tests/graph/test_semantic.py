@@ -165,6 +165,30 @@ def test_map_reduce_objectives_sharing_and_outputs(engine, long_text, tokenizer)
     assert a.num_prefill_tokens < b.num_prefill_tokens
 
 
+def test_a_prefix_fill_does_not_hold_back_requests_that_do_not_share_it(engine, long_text):
+    mapper = semantic_function(max_tokens=4)(_with_doc(
+        lambda chunk: None, " ".join(long_text.split()[:150])
+        + "\n\nText: {{input:chunk}}\nSummary:{{output:summary}}"))
+    fills_seen: list[int] = []
+    with SemanticSession(engine, namespace=f"semantic-hol-{next(_ns)}") as s:
+        def probe(value):
+            fills_seen.append(s.stats.num_shared_prefix_fills)
+            return value
+
+        parts = [mapper(c) for c in ("The cat sat.", "Rain fell.")]
+        quick = s.variable("x", "hi").transform(probe)  # ready in the same round
+        assert quick.get() == "hi"
+        assert all(p.get() for p in parts)
+    assert fills_seen == [0]  # it ran while the shared prefix was being filled
+    assert s.stats.num_shared_prefix_fills == 1
+
+
+def _with_doc(fn, doc: str):
+    fn.__doc__ = doc
+    fn.__name__ = "summarize"
+    return fn
+
+
 # --- 5. failures and closing --------------------------------------------------------------
 def test_failure_reaches_downstream_and_other_branches_finish(engine):
     def boom(value):
