@@ -40,7 +40,13 @@ class EngineConfig:
     """Reuse KV of earlier requests that share a prompt prefix."""
     attention_backend: str = "torch"
     """Name in :data:`agentrt.attention.BACKENDS`: "torch", "torch_cascade" (a prefix shared by
-    several requests is attended once per group), "flashinfer", "flashinfer_cascade"."""
+    several requests is attended once per group), "cpu" (decode rows by agentrt's C++ kernel),
+    "flashinfer", "flashinfer_cascade"."""
+    fused_ops: bool | None = None
+    """Run RMSNorm, RoPE and (with the "torch" backend, which then becomes "cpu") decode
+    attention as agentrt's C++ ops (``agentrt_kernels.cpu.decode_ops``): fewer, larger calls
+    per decode step. None = on with int8/int4 weights, off otherwise (the float model then
+    keeps torch's exact arithmetic)."""
     num_threads: int | None = None
     """torch intra-op threads; None = leave torch's default."""
     interception_handling: str = "least-waste"
@@ -55,6 +61,18 @@ class EngineConfig:
     profile_on_start: bool = True
     """Time a few forward passes at start-up to fit T_fwd(tokens) for the interception
     policies (refined online from every step)."""
+
+    @property
+    def uses_fused_ops(self) -> bool:
+        """``fused_ops`` resolved: as given, or on for quantized weights."""
+        return self.fused_ops if self.fused_ops is not None else self.quantization != "none"
+
+    @property
+    def resolved_attention_backend(self) -> str:
+        """``attention_backend``, with "torch" becoming "cpu" when fused ops are on."""
+        if self.attention_backend == "torch" and self.uses_fused_ops:
+            return "cpu"
+        return self.attention_backend
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

@@ -9,10 +9,12 @@ from agentrt.attention.base import AttentionBackend, AttentionMetadata, KVCacheT
 __all__ = ["BACKENDS", "AttentionBackend", "AttentionMetadata", "KVCacheTensors", "get_backend"]
 
 # name -> "module:class"; imported only when chosen, so a CPU install never imports GPU code.
-# The *_cascade variants attend to a prefix shared by several requests once per group.
+# The *_cascade variants attend to a prefix shared by several requests once per group; "cpu"
+# is "torch" with single-token queries attended by agentrt's C++ kernel.
 BACKENDS: dict[str, str] = {
     "torch": "agentrt.attention.torch_ref:TorchRefBackend",
     "torch_cascade": "agentrt.attention.torch_cascade:TorchCascadeBackend",
+    "cpu": "agentrt_kernels.cpu.attention:CpuDecodeBackend",
     "flashinfer": "agentrt_kernels.flashinfer_backend:FlashInferBackend",
     "flashinfer_cascade": "agentrt_kernels.flashinfer_backend:FlashInferCascadeBackend",
 }

@@ -20,6 +20,7 @@ __all__ = ["TorchRefBackend", "ref_paged_attention"]
 @dataclass(frozen=True)
 class _DecodeGroup:
     rows: torch.Tensor  # (B,) query rows
+    lens: torch.Tensor  # (B,) KV lengths
     slots: torch.Tensor  # (B * max_len,) KV slots, padded with slot 0
     mask: torch.Tensor | None  # (B, 1, 1, max_len) bool, None when all lengths are equal
     max_len: int
@@ -116,7 +117,8 @@ def _decode_group(idx: list[int], qo, lens, seq_slots) -> _DecodeGroup:
         valid = torch.tensor([lens[i] for i in idx])[:, None] > torch.arange(max_len)[None, :]
         mask = valid[:, None, None, :]
     rows = torch.tensor([qo[i] for i in idx], dtype=torch.int64)
-    return _DecodeGroup(rows, slots.flatten(), mask, max_len)
+    lengths = torch.tensor([lens[i] for i in idx], dtype=torch.int64)
+    return _DecodeGroup(rows, lengths, slots.flatten(), mask, max_len)
 
 
 def _prefill_seq(start: int, end: int, kv_len: int, slots: torch.Tensor) -> _PrefillSeq:

@@ -89,7 +89,8 @@ class LLMEngine:
 
     def _init_model(self) -> None:
         dtype = _DTYPES["float32" if self.config.dtype == "auto" else self.config.dtype]
-        loaded = load_model(self.config.model, dtype, self.config.quantization)
+        loaded = load_model(self.config.model, dtype, self.config.quantization,
+                            fused_ops=self.config.uses_fused_ops)
         self.model_path, self.model_config = loaded.path, loaded.config
         self.model, self.tokenizer, self.dtype = loaded.model, loaded.tokenizer, dtype
         self.eos_token_ids = set(loaded.config.eos_token_ids)
@@ -108,7 +109,8 @@ class LLMEngine:
             host_blocks = max(1, int(c.host_kv_cache_gb * 2**30 // page_bytes))
             host = KVCacheTensors.allocate(mc.num_layers, host_blocks, *shape[2:], self.dtype)
         self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache)
-        self.backend = get_backend(c.attention_backend)(self.kv_tensors, mc.num_heads, mc.head_dim)
+        backend = get_backend(c.resolved_attention_backend)
+        self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)
 

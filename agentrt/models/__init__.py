@@ -48,13 +48,14 @@ def load_tokenizer(folder: Path):
 
 
 def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float32,
-               quantization: str = "none") -> LoadedModel:
+               quantization: str = "none", fused_ops: bool = False) -> LoadedModel:
     """Resolve ``model`` (see :func:`resolve_model`), read its weights and tokenizer;
-    ``quantization`` names the linear layers' weight format (``LINEARS``)."""
+    ``quantization`` names the linear layers' weight format (``LINEARS``); ``fused_ops`` runs
+    RMSNorm and RoPE as agentrt's C++ ops."""
     folder = resolve_model(model)
     config = ModelConfig.from_folder(folder)
     weights = _read_safetensors(folder)
-    net = LlamaModel(config, weights, dtype, quantization)
+    net = LlamaModel(config, weights, dtype, quantization, fused_ops)
     return LoadedModel(folder, config, net, load_tokenizer(folder))
 
 

@@ -45,10 +45,15 @@ class LlamaModel:
     """Weights plus the forward pass; attention goes through an :class:`AttentionBackend`."""
 
     def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 quantization: str = "none"):
+                 quantization: str = "none", fused_ops: bool = False):
         self.config = config
         self.dtype = dtype
         self.quantization = quantization
+        self._norm, self._rope = rms_norm, apply_rope
+        if fused_ops:  # one C++ call each instead of several torch ops (agentrt_kernels.cpu)
+            from agentrt_kernels.cpu import decode_ops
+
+            self._norm, self._rope = decode_ops.rms_norm, decode_ops.apply_rope_
         self._init_weights(weights)
         cos, sin = rope_tables(
             config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
@@ -99,9 +104,9 @@ class LlamaModel:
         x = F.embedding(input_ids, self.embed)
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
         for i, layer in enumerate(self.layers):
-            x = x + self._attention(i, layer, rms_norm(x, layer.input_norm, self.eps), cos, sin)
-            x = x + self._mlp(layer, rms_norm(x, layer.post_norm, self.eps))
-        return rms_norm(x, self.norm, self.eps)
+            x = x + self._attention(i, layer, self._norm(x, layer.input_norm, self.eps), cos, sin)
+            x = x + self._mlp(layer, self._norm(x, layer.post_norm, self.eps))
+        return self._norm(x, self.norm, self.eps)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -122,7 +127,7 @@ class LlamaModel:
         v = qkv[:, q_size + kv_size :].view(t, c.num_kv_heads, c.head_dim)
         if layer.q_norm is not None:
             q, k = rms_norm(q, layer.q_norm, self.eps), rms_norm(k, layer.k_norm, self.eps)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         out = self.attn.forward(i, q, k, v.contiguous())  # (T, H, D)
         return layer.o_proj(out.reshape(t, q_size))
 

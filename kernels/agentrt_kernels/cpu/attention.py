@@ -1,0 +1,25 @@
+"""The ``cpu`` attention backend: the torch backend with decode rows done in C++.
+
+Single-token queries (every decode row of a step) attend over the paged KV cache in one
+kernel call per layer (:func:`agentrt_kernels.cpu.decode_ops.decode_attention`), with no
+gather of the K and V slots into new tensors; prefill chunks keep torch's SDPA.
+"""
+
+from __future__ import annotations
+
+from agentrt.attention.torch_ref import TorchRefBackend
+from agentrt_kernels.cpu.decode_ops import decode_attention
+
+__all__ = ["CpuDecodeBackend"]
+
+
+class CpuDecodeBackend(TorchRefBackend):
+    """Paged attention: decode rows by agentrt's kernel, prefill by torch (the fallback too)."""
+
+    name = "cpu"
+
+    def _attend_decode(self, q, k_slots, v_slots, out) -> None:
+        g = self._decode
+        if not decode_attention(q, k_slots, v_slots, g.slots, g.lens, g.rows, g.max_len,
+                                self.scale, out):
+            super()._attend_decode(q, k_slots, v_slots, out)

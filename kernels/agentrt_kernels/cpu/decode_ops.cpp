@@ -1,0 +1,162 @@
+// Fused small ops of a decode step (AVX2), where one torch op per elementary step costs more
+// in dispatch than in arithmetic: RMSNorm, rotary embedding in place, and attention of
+// single-token queries over the paged KV cache (with the append of the new K/V).
+//
+// RMSNorm and RoPE round exactly as the torch reference does (separate multiplies and adds;
+// built with -ffp-contract=off), except that RMSNorm sums its squares in another order.
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmath>
+#include <vector>
+
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    return _mm_cvtss_f32(_mm_add_ss(lo, _mm_movehdup_ps(lo)));
+}
+
+// out[r] = w * (x[r] * (1 / sqrt(mean(x[r]^2) + eps)));  dim a multiple of 8.
+extern "C" void agentrt_rms_norm(const float* x, const float* w, float* out, int64_t rows,
+                                 int64_t dim, float eps) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * dim;
+        float* o = out + r * dim;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < dim; i += 8) {
+            __m256 v = _mm256_loadu_ps(xr + i);
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
+        }
+        const __m256 inv = _mm256_set1_ps(1.f / std::sqrt(hsum(acc) / (float)dim + eps));
+        for (int64_t i = 0; i < dim; i += 8) {
+            __m256 h = _mm256_mul_ps(_mm256_loadu_ps(xr + i), inv);
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), h));
+        }
+    }
+}
+
+// Rotate heads in place, half-split convention: for i < D/2 (t = token, one cos/sin row each)
+//   x[i]       <- x[i] * cos[i] + (-x[i + D/2]) * sin[i]
+//   x[i + D/2] <- x[i + D/2] * cos[i + D/2] + x[i] * sin[i + D/2]
+// x: T rows of `heads` heads of D floats, rows `row_stride` floats apart.
+extern "C" void agentrt_rope(float* x, int64_t row_stride, int64_t T, int64_t heads, int64_t D,
+                             const float* cos, const float* sin) {
+    const int64_t half = D / 2;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+        const float* c = cos + t * D;
+        const float* s = sin + t * D;
+        for (int64_t h = 0; h < heads; ++h) {
+            float* v = x + t * row_stride + h * D;
+            for (int64_t i = 0; i < half; i += 8) {
+                const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+                const __m256 lo = _mm256_add_ps(_mm256_mul_ps(a, _mm256_loadu_ps(c + i)),
+                                                _mm256_mul_ps(_mm256_xor_ps(b, sign),
+                                                              _mm256_loadu_ps(s + i)));
+                const __m256 hi = _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(c + half + i)),
+                                                _mm256_mul_ps(a, _mm256_loadu_ps(s + half + i)));
+                _mm256_storeu_ps(v + i, lo);
+                _mm256_storeu_ps(v + half + i, hi);
+            }
+        }
+    }
+}
+
+// exp(x) for 8 floats (Cephes' polynomial, as in avx_mathfun): relative error ~1e-7.
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)),
+                      _mm256_set1_ps(-88.3762626647949f));
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
+                                               _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(x, x), x), _mm256_set1_ps(1.f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n),
+                                                   _mm256_set1_epi32(0x7f)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// p[0..n) <- exp(p - max); returns their sum.
+static float softmax_numerators(float* p, int64_t n, float max) {
+    __m256 total = _mm256_setzero_ps();
+    const __m256 m = _mm256_set1_ps(max);
+    int64_t l = 0;
+    for (; l + 8 <= n; l += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + l), m));
+        _mm256_storeu_ps(p + l, e);
+        total = _mm256_add_ps(total, e);
+    }
+    float sum = hsum(total);
+    for (; l < n; ++l) sum += (p[l] = std::exp(p[l] - max));
+    return sum;
+}
+
+static constexpr int64_t MAX_D = 256;  // head_dim bound of the on-stack accumulators
+
+// One sequence and one kv head: the `group` query heads that read it, scored together (each K
+// row is loaded once), then each head's weighted sum of V (D / 8 accumulators in registers).
+static void attend_kv_head(const float* q, const float* k_slots, const float* v_slots,
+                           const int64_t* sl, int64_t n, int64_t group, int64_t slot_size,
+                           int64_t D, float scale, float* out, float* scores) {
+    float max[8];
+    for (int64_t g = 0; g < group; ++g) max[g] = -INFINITY;
+    for (int64_t l = 0; l < n; ++l) {
+        const float* k = k_slots + sl[l] * slot_size;
+        for (int64_t g = 0; g < group; ++g) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t i = 0; i < D; i += 8)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + i), _mm256_loadu_ps(k + i), acc);
+            const float s = hsum(acc) * scale;
+            scores[g * n + l] = s;
+            max[g] = s > max[g] ? s : max[g];
+        }
+    }
+    for (int64_t g = 0; g < group; ++g) {
+        float* p = scores + g * n;
+        const __m256 inv = _mm256_set1_ps(1.f / softmax_numerators(p, n, max[g]));
+        __m256 acc[MAX_D / 8];
+        for (int64_t i = 0; i < D / 8; ++i) acc[i] = _mm256_setzero_ps();
+        for (int64_t l = 0; l < n; ++l) {
+            const float* v = v_slots + sl[l] * slot_size;
+            const __m256 w = _mm256_set1_ps(p[l]);
+            for (int64_t i = 0; i < D / 8; ++i)
+                acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * i), acc[i]);
+        }
+        for (int64_t i = 0; i < D / 8; ++i)
+            _mm256_storeu_ps(out + g * D + 8 * i, _mm256_mul_ps(acc[i], inv));
+    }
+}
+
+// Decode attention: query row rows[b] (heads x D, `q_stride` floats between rows) attends to the
+// first lens[b] slots of slots[b * max_len ...] in the flat K/V cache (slot = kv_heads x D);
+// grouped-query: query head h reads kv head h / (heads / kv_heads). Written to the same row of
+// `out` (heads x D, contiguous rows). Softmax in float32 with the maximum subtracted. Returns
+// -1 (nothing done) for a head_dim above MAX_D or a group above 8.
+extern "C" int agentrt_decode_attention(const float* q, int64_t q_stride, const float* k_slots,
+                                        const float* v_slots, const int64_t* slots,
+                                        const int64_t* lens, const int64_t* rows, int64_t B,
+                                        int64_t max_len, int64_t heads, int64_t kv_heads,
+                                        int64_t D, float scale, float* out,
+                                        int32_t num_threads) {
+    const int64_t group = heads / kv_heads, slot_size = kv_heads * D;
+    if (D > MAX_D || group > 8) return -1;
+    #pragma omp parallel num_threads(num_threads)
+    {
+        std::vector<float> scores(group * max_len);
+        #pragma omp for schedule(dynamic, 1) collapse(2)
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t kvh = 0; kvh < kv_heads; ++kvh)
+                attend_kv_head(q + rows[b] * q_stride + kvh * group * D, k_slots + kvh * D,
+                               v_slots + kvh * D, slots + b * max_len, lens[b], group,
+                               slot_size, D, scale, out + rows[b] * heads * D + kvh * group * D,
+                               scores.data());
+    }
+    return 0;
+}

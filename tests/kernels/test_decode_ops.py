@@ -1,0 +1,86 @@
+"""agentrt's fused decode ops (RMSNorm, RoPE in place, paged decode attention) against their
+torch references, and an engine running them against the plain float engine."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from agentrt import Engine, EngineConfig, SamplingParams
+from agentrt.attention import KVCacheTensors
+from agentrt.attention.torch_ref import TorchRefBackend, ref_paged_attention
+from agentrt_kernels.cpu import decode_ops
+from agentrt_kernels.cpu.attention import CpuDecodeBackend
+
+H, KVH, D = 9, 3, 64  # the default model's heads: three query heads per KV head
+MIXED = [(1, None), (7, None), (1, None), (5, None), (1, None), (16, None)]
+DECODE = [(1, None)] * 6
+
+
+def test_the_kernels_build_here():
+    assert decode_ops.kernels_available(), "decode_ops.cpp did not build on this machine"
+
+
+def test_rms_norm_equals_the_reference():
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(7, 576, generator=gen) * 3, torch.randn(576, generator=gen)
+    torch.testing.assert_close(decode_ops.rms_norm(x, w, 1e-5),
+                               decode_ops.ref_rms_norm(x, w, 1e-5), rtol=1e-6, atol=1e-6)
+
+
+def test_rope_rotates_a_strided_view_in_place_bit_for_bit():
+    gen = torch.Generator().manual_seed(1)
+    qkv = torch.randn(5, H * D + 2 * KVH * D, generator=gen)
+    cos, sin = torch.randn(5, 1, D, generator=gen), torch.randn(5, 1, D, generator=gen)
+    q, rest = qkv[:, : H * D].view(5, H, D), qkv[:, H * D :].clone()
+    want = decode_ops.ref_apply_rope(q.clone(), cos, sin)
+    got = decode_ops.apply_rope_(q, cos, sin)
+    assert got.data_ptr() == q.data_ptr() and torch.equal(got, want)
+    assert torch.equal(qkv[:, H * D :], rest)  # k and v untouched
+
+
+@pytest.mark.parametrize("specs", [MIXED, DECODE])
+def test_decode_attention_equals_the_reference_over_the_same_metadata(make_batch, specs,
+                                                                      monkeypatch):
+    def no_fallback(*args):
+        raise AssertionError("the kernel declined and torch ran instead")
+    monkeypatch.setattr(TorchRefBackend, "_attend_decode", no_fallback)
+    rng = random.Random(3)
+    torch.manual_seed(3)
+    for _ in range(4):
+        meta = make_batch(rng, specs)
+        kv = KVCacheTensors.allocate(1, 128, 4, KVH, D, torch.float32)
+        kv.k.normal_()
+        kv.v.normal_()
+        t = int(meta.qo_indptr[-1])
+        q, k, v = torch.randn(t, H, D), torch.randn(t, KVH, D), torch.randn(t, KVH, D)
+        backend = CpuDecodeBackend(kv, H, D)
+        backend.plan(meta)
+        out = backend.forward(0, q, k, v)  # appends k/v, then attends
+        want = ref_paged_attention(q, kv.k[0], kv.v[0], meta)
+        torch.testing.assert_close(out, want, atol=2e-5, rtol=2e-5)
+
+
+def test_quantized_engines_use_the_fused_ops_unless_told_not_to():
+    assert EngineConfig(quantization="int4").resolved_attention_backend == "cpu"
+    assert EngineConfig(quantization="int4", fused_ops=False).resolved_attention_backend == "torch"
+    assert EngineConfig().resolved_attention_backend == "torch"
+    assert EngineConfig(fused_ops=True).resolved_attention_backend == "cpu"
+    assert EngineConfig(quantization="int8", attention_backend="torch_cascade"
+                        ).resolved_attention_backend == "torch_cascade"
+
+
+def test_fused_float_engine_keeps_the_float_engines_greedy_outputs(engine, chat):
+    fused = Engine(fused_ops=True, profile_on_start=False, kv_cache_gb=0.25)
+    try:
+        assert fused.core.config.resolved_attention_backend == "cpu"
+        prompts = [chat(p) for p in ("Name three colours.", "What is 12 times 12?",
+                                     "Write a haiku about the sea.")]
+        params = SamplingParams(max_tokens=24)
+        want = [o.token_ids for o in engine.generate(prompts, params)]
+        assert [o.token_ids for o in fused.generate(prompts, params)] == want  # batched
+        assert fused.generate(prompts[0], params).token_ids == want[0]  # alone
+    finally:
+        fused.close()
