@@ -9,10 +9,11 @@ Two group-wise forms, GGUF's own (groups of 32 weights along the input dimension
 A weight that came from a GGUF file of the same form (the default model's linear layers are
 Q4_1, its embeddings Q8_0) is recovered exactly: GGUF's quantizers put each group's extreme
 values at the ends of the grid, which is where :func:`quantize` puts them again.
-:class:`QuantLinear` runs decode-sized batches through the AVX2 kernel
-(``quant_linear.cpp``) and prefill-sized ones by dequantizing (also in C++) into a float32
-GEMM, where compute, not bandwidth, is the limit. :func:`ref_quant_linear` is the torch twin
-the tests compare to; without a compiler or AVX2 the layer runs it.
+:class:`QuantLinear` runs decode-sized batches through the C++ kernel
+(``quant_linear.cpp``: AVX-512 where the CPU has it, else AVX2) and prefill-sized ones by
+dequantizing (also in C++) into a float32 GEMM, where compute, not bandwidth, is the limit.
+:func:`ref_quant_linear` is the torch twin the tests compare to; without a compiler or AVX2
+the layer runs it.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class QuantLinear:
         self.bias = None if bias is None else bias.to(torch.float32)
         self.out_features, self.in_features = weight.shape
         self._kernel = _kernel(self.bits)
+        self.isa: int = self._kernel.best_isa if self._kernel else 0
+        """Vector width the kernel runs at: 512 (AVX-512), 256 (AVX2), 0 (the reference)."""
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         rows = h.shape[0]
@@ -99,7 +102,7 @@ class QuantLinear:
         w = self.weight
         self._kernel.linear(h.data_ptr(), rows, self.in_features, w.q.data_ptr(),
                             w.d.data_ptr(), *_minimums(w), self.out_features, out.data_ptr(),
-                            torch.get_num_threads())
+                            torch.get_num_threads(), self.isa)
         if self.bias is not None:
             out += self.bias
         return out
@@ -145,6 +148,7 @@ def _minimums(w: QuantWeight) -> tuple[int, ...]:
 class _Kernels(NamedTuple):
     linear: Any
     dequantize: Any
+    best_isa: int  # 512 with AVX-512 (F, BW, VL), else 256
 
 
 def _kernel(bits: int) -> _Kernels | None:
@@ -157,9 +161,10 @@ def _kernel(bits: int) -> _Kernels | None:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
     scales = [p] if bits == 8 else [p, p]  # d, and mn for 4 bits
     linear = getattr(lib, f"agentrt_q{bits}_linear")
-    linear.argtypes = [p, i64, i64, p, *scales, i64, p, i32]
+    linear.argtypes = [p, i64, i64, p, *scales, i64, p, i32, i32]
     dequant = getattr(lib, f"agentrt_q{bits}_dequantize")
     dequant.argtypes = [i64, i64, p, *scales, p, i32]
     for fn in (linear, dequant):
         fn.restype = None
-    return _Kernels(linear, dequant)
+    lib.agentrt_quant_isa.restype = i32
+    return _Kernels(linear, dequant, lib.agentrt_quant_isa())
