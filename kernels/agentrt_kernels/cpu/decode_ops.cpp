@@ -99,6 +99,59 @@ static float softmax_numerators(float* p, int64_t n, float max) {
 }
 
 static constexpr int64_t MAX_D = 256;  // head_dim bound of the on-stack accumulators
+static constexpr int64_t KEYS = 8;     // keys scored together: eight independent dot products
+static constexpr int64_t AHEAD = 32;   // keys prefetched ahead (about a memory latency's work)
+
+// The eight horizontal sums of a[0..8), as one vector (lane j = sum of a[j]).
+static inline __m256 hsum8(const __m256 a[8]) {
+    __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                         _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+static inline void prefetch_row(const float* row, int64_t D) {  // D floats, 64-byte lines
+    for (int64_t i = 0; i < D; i += 16) _mm_prefetch((const char*)(row + i), _MM_HINT_T0);
+}
+
+static inline void prefetch_rows(const float* slots, const int64_t* sl, int64_t from, int64_t to,
+                                 int64_t slot_size, int64_t D) {
+    for (int64_t j = from; j < to; ++j) prefetch_row(slots + sl[j] * slot_size, D);
+}
+
+// scores[g * n + l] = scale * q_g . k_l for the `group` heads, KEYS keys at a time (a short
+// last block repeats its first key), and each head's maximum in max[g]. Rows AHEAD keys on are
+// prefetched: K and V come from memory, after a step's weights have streamed through the caches.
+static void score_keys(const float* q, const float* k_slots, const int64_t* sl, int64_t n,
+                       int64_t group, int64_t slot_size, int64_t D, float scale, float* scores,
+                       float* max) {
+    for (int64_t g = 0; g < group; ++g) max[g] = -INFINITY;
+    const __m256 s8 = _mm256_set1_ps(scale);
+    prefetch_rows(k_slots, sl, 0, n < AHEAD ? n : AHEAD, slot_size, D);
+    for (int64_t l0 = 0; l0 < n; l0 += KEYS) {
+        const int64_t count = n - l0 < KEYS ? n - l0 : KEYS;
+        const float* k[KEYS];
+        for (int64_t j = 0; j < KEYS; ++j)
+            k[j] = k_slots + sl[l0 + (j < count ? j : 0)] * slot_size;
+        const int64_t ahead = l0 + AHEAD;
+        prefetch_rows(k_slots, sl, ahead, n < ahead + KEYS ? n : ahead + KEYS, slot_size, D);
+        for (int64_t g = 0; g < group; ++g) {
+            __m256 a[KEYS];
+            for (int64_t j = 0; j < KEYS; ++j) a[j] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < D; i += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + g * D + i);
+                for (int64_t j = 0; j < KEYS; ++j)
+                    a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), a[j]);
+            }
+            float block[KEYS];
+            _mm256_storeu_ps(block, _mm256_mul_ps(hsum8(a), s8));
+            for (int64_t j = 0; j < count; ++j) {
+                scores[g * n + l0 + j] = block[j];
+                max[g] = block[j] > max[g] ? block[j] : max[g];
+            }
+        }
+    }
+}
 
 // One sequence and one kv head: the `group` query heads that read it, scored together (each K
 // row is loaded once), then each head's weighted sum of V (D / 8 accumulators in registers).
@@ -106,18 +159,8 @@ static void attend_kv_head(const float* q, const float* k_slots, const float* v_
                            const int64_t* sl, int64_t n, int64_t group, int64_t slot_size,
                            int64_t D, float scale, float* out, float* scores) {
     float max[8];
-    for (int64_t g = 0; g < group; ++g) max[g] = -INFINITY;
-    for (int64_t l = 0; l < n; ++l) {
-        const float* k = k_slots + sl[l] * slot_size;
-        for (int64_t g = 0; g < group; ++g) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int64_t i = 0; i < D; i += 8)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + i), _mm256_loadu_ps(k + i), acc);
-            const float s = hsum(acc) * scale;
-            scores[g * n + l] = s;
-            max[g] = s > max[g] ? s : max[g];
-        }
-    }
+    score_keys(q, k_slots, sl, n, group, slot_size, D, scale, scores, max);
+    prefetch_rows(v_slots, sl, 0, n < AHEAD ? n : AHEAD, slot_size, D);
     for (int64_t g = 0; g < group; ++g) {
         float* p = scores + g * n;
         const __m256 inv = _mm256_set1_ps(1.f / softmax_numerators(p, n, max[g]));
@@ -125,6 +168,7 @@ static void attend_kv_head(const float* q, const float* k_slots, const float* v_
         for (int64_t i = 0; i < D / 8; ++i) acc[i] = _mm256_setzero_ps();
         for (int64_t l = 0; l < n; ++l) {
             const float* v = v_slots + sl[l] * slot_size;
+            if (g == 0 && l + AHEAD < n) prefetch_row(v_slots + sl[l + AHEAD] * slot_size, D);
             const __m256 w = _mm256_set1_ps(p[l]);
             for (int64_t i = 0; i < D / 8; ++i)
                 acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * i), acc[i]);
