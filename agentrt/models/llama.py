@@ -29,6 +29,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(x.dtype)
 
 
+def add_rms_norm(x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add and the RMSNorm after it: ``(x + a, rms_norm(x + a))``."""
+    x = x + a
+    return x, rms_norm(x, weight, eps)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's ``silu(gate) * up`` of a fused (T, 2 * intermediate) gate/up output."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 @dataclass
 class _Layer:
     input_norm: torch.Tensor
@@ -49,11 +62,13 @@ class LlamaModel:
         self.config = config
         self.dtype = dtype
         self.quantization = quantization
-        self._norm, self._rope = rms_norm, apply_rope
+        self._norm, self._add_norm, self._rope = rms_norm, add_rms_norm, apply_rope
+        self._silu_mul = silu_mul
         if fused_ops:  # one C++ call each instead of several torch ops (agentrt_kernels.cpu)
-            from agentrt_kernels.cpu import decode_ops
+            from agentrt_kernels.cpu import decode_ops as ops
 
-            self._norm, self._rope = decode_ops.rms_norm, decode_ops.apply_rope_
+            self._norm, self._add_norm = ops.rms_norm, ops.add_rms_norm_
+            self._rope, self._silu_mul = ops.apply_rope_, ops.silu_mul
         self._init_weights(weights)
         cos, sin = rope_tables(
             config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
@@ -101,12 +116,15 @@ class LlamaModel:
 
         The attention backend must have been planned for this step.
         """
-        x = F.embedding(input_ids, self.embed)
+        x = F.embedding(input_ids, self.embed)  # the residual stream
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
-        for i, layer in enumerate(self.layers):
-            x = x + self._attention(i, layer, self._norm(x, layer.input_norm, self.eps), cos, sin)
-            x = x + self._mlp(layer, self._norm(x, layer.post_norm, self.eps))
-        return self._norm(x, self.norm, self.eps)
+        h = self._norm(x, self.layers[0].input_norm, self.eps)
+        next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
+        for i, (layer, next_norm) in enumerate(zip(self.layers, next_norms, strict=True)):
+            x, h = self._add_norm(x, self._attention(i, layer, h, cos, sin), layer.post_norm,
+                                  self.eps)
+            x, h = self._add_norm(x, self._mlp(layer, h), next_norm, self.eps)
+        return h
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -132,5 +150,4 @@ class LlamaModel:
         return layer.o_proj(out.reshape(t, q_size))
 
     def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
-        gate, up = layer.gate_up(h).chunk(2, dim=-1)
-        return layer.down(F.silu(gate) * up)
+        return layer.down(self._silu_mul(layer.gate_up(h)))

@@ -1,5 +1,6 @@
-"""agentrt's fused decode ops (RMSNorm, RoPE in place, paged decode attention) against their
-torch references, and an engine running them against the plain float engine."""
+"""agentrt's fused decode ops (RMSNorm, residual add + RMSNorm, RoPE in place, SwiGLU's
+silu * up, paged decode attention) against their torch references, and an engine running them
+against the plain float engine."""
 
 from __future__ import annotations
 
@@ -28,6 +29,24 @@ def test_rms_norm_equals_the_reference():
     x, w = torch.randn(7, 576, generator=gen) * 3, torch.randn(576, generator=gen)
     torch.testing.assert_close(decode_ops.rms_norm(x, w, 1e-5),
                                decode_ops.ref_rms_norm(x, w, 1e-5), rtol=1e-6, atol=1e-6)
+
+
+def test_add_rms_norm_adds_in_place_and_normalises_the_sum():
+    gen = torch.Generator().manual_seed(2)
+    x, a = torch.randn(6, 576, generator=gen), torch.randn(6, 576, generator=gen) * 5
+    w = torch.randn(576, generator=gen)
+    want_x, want_h = decode_ops.ref_add_rms_norm(x.clone(), a, w, 1e-5)
+    got_x, got_h = decode_ops.add_rms_norm_(x, a, w, 1e-5)
+    assert got_x.data_ptr() == x.data_ptr() and torch.equal(got_x, want_x)  # the add is exact
+    torch.testing.assert_close(got_h, want_h, rtol=1e-6, atol=1e-6)
+
+
+def test_silu_mul_equals_the_reference_over_the_whole_range():
+    gen = torch.Generator().manual_seed(3)
+    gate_up = torch.randn(5, 2 * 1536, generator=gen) * 6
+    gate_up[0, :8] = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 80.0, -80.0, 100.0, -100.0])
+    torch.testing.assert_close(decode_ops.silu_mul(gate_up), decode_ops.ref_silu_mul(gate_up),
+                               rtol=5e-7, atol=1e-30)  # a few float32 ulps
 
 
 def test_rope_rotates_a_strided_view_in_place_bit_for_bit():

@@ -1,6 +1,7 @@
 // Fused small ops of a decode step (AVX2), where one torch op per elementary step costs more
-// in dispatch than in arithmetic: RMSNorm, rotary embedding in place, and attention of
-// single-token queries over the paged KV cache (with the append of the new K/V).
+// in dispatch than in arithmetic: RMSNorm (alone or after the residual add), rotary embedding
+// in place, SwiGLU's silu(gate) * up, and attention of single-token queries over the paged KV
+// cache.
 //
 // RMSNorm and RoPE round exactly as the torch reference does (separate multiplies and adds;
 // built with -ffp-contract=off), except that RMSNorm sums its squares in another order.
@@ -17,22 +18,34 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(lo, _mm_movehdup_ps(lo)));
 }
 
-// out[r] = w * (x[r] * (1 / sqrt(mean(x[r]^2) + eps)));  dim a multiple of 8.
+// o = w * (x * (1 / sqrt(mean(x^2) + eps))) for one row of `dim` floats (a multiple of 8).
+static void norm_row(const float* x, const float* w, float* o, int64_t dim, float eps) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < dim; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
+    }
+    const __m256 inv = _mm256_set1_ps(1.f / std::sqrt(hsum(acc) / (float)dim + eps));
+    for (int64_t i = 0; i < dim; i += 8) {
+        __m256 h = _mm256_mul_ps(_mm256_loadu_ps(x + i), inv);
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), h));
+    }
+}
+
 extern "C" void agentrt_rms_norm(const float* x, const float* w, float* out, int64_t rows,
                                  int64_t dim, float eps) {
+    for (int64_t r = 0; r < rows; ++r) norm_row(x + r * dim, w, out + r * dim, dim, eps);
+}
+
+// The residual add and the next RMSNorm: x += a (in place), out = norm(x).
+extern "C" void agentrt_add_rms_norm(float* x, const float* a, const float* w, float* out,
+                                     int64_t rows, int64_t dim, float eps) {
     for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * dim;
-        float* o = out + r * dim;
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t i = 0; i < dim; i += 8) {
-            __m256 v = _mm256_loadu_ps(xr + i);
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
-        }
-        const __m256 inv = _mm256_set1_ps(1.f / std::sqrt(hsum(acc) / (float)dim + eps));
-        for (int64_t i = 0; i < dim; i += 8) {
-            __m256 h = _mm256_mul_ps(_mm256_loadu_ps(xr + i), inv);
-            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), h));
-        }
+        float* xr = x + r * dim;
+        for (int64_t i = 0; i < dim; i += 8)
+            _mm256_storeu_ps(xr + i, _mm256_add_ps(_mm256_loadu_ps(xr + i),
+                                                   _mm256_loadu_ps(a + r * dim + i)));
+        norm_row(xr, w, out + r * dim, dim, eps);
     }
 }
 
@@ -96,6 +109,23 @@ static float softmax_numerators(float* p, int64_t n, float max) {
     float sum = hsum(total);
     for (; l < n; ++l) sum += (p[l] = std::exp(p[l] - max));
     return sum;
+}
+
+// SwiGLU's gate: out[r, i] = silu(g) * u with g = gu[r, i], u = gu[r, inter + i], and
+// silu(g) = g / (1 + exp(-g)) as torch computes it (exp here within ~1e-7 of torch's).
+extern "C" void agentrt_silu_mul(const float* gu, float* out, int64_t rows, int64_t inter) {
+    const __m256 one = _mm256_set1_ps(1.f), sign = _mm256_set1_ps(-0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* g = gu + r * 2 * inter;
+        const float* u = g + inter;
+        float* o = out + r * inter;
+        for (int64_t i = 0; i < inter; i += 8) {
+            const __m256 x = _mm256_loadu_ps(g + i);
+            const __m256 e = exp8(_mm256_xor_ps(x, sign));
+            const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+        }
+    }
 }
 
 static constexpr int64_t MAX_D = 256;  // head_dim bound of the on-stack accumulators

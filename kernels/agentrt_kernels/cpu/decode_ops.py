@@ -1,9 +1,10 @@
 """Fused small ops of the forward pass (``decode_ops.cpp``), each with its torch twin.
 
 A decode step of a small model is hundreds of tiny torch ops; their dispatch, not their
-arithmetic, is what costs. These replace the commonest: RMSNorm (six torch ops), rotary
-embedding (five, applied in place here) and single-token attention over the paged KV cache
-(a gather of every K and V slot plus SDPA, per layer). Each call falls back to the torch
+arithmetic, is what costs. These replace the commonest: RMSNorm (six torch ops; seven with
+the residual add before it), rotary embedding (five, applied in place here), SwiGLU's
+``silu(gate) * up`` (three) and single-token attention over the paged KV cache (a gather of
+every K and V slot plus SDPA, per layer). Each call falls back to the torch
 reference when the kernel cannot run (no compiler or AVX2, another dtype, another layout).
 """
 
@@ -14,12 +15,15 @@ import functools
 
 import torch
 
+from agentrt.models.llama import add_rms_norm as ref_add_rms_norm
 from agentrt.models.llama import rms_norm as ref_rms_norm
+from agentrt.models.llama import silu_mul as ref_silu_mul
 from agentrt.models.rope import apply_rope as ref_apply_rope
 from agentrt_kernels.cpu.build import KernelUnavailable, load_library
 
-__all__ = ["apply_rope_", "decode_attention", "kernels_available", "ref_apply_rope",
-           "ref_rms_norm", "rms_norm"]
+__all__ = ["add_rms_norm_", "apply_rope_", "decode_attention", "kernels_available",
+           "ref_add_rms_norm", "ref_apply_rope", "ref_rms_norm", "ref_silu_mul", "rms_norm",
+           "silu_mul"]
 
 
 def kernels_available() -> bool:
@@ -35,6 +39,34 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty_like(x)
     lib.agentrt_rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0],
                          x.shape[1], ctypes.c_float(eps))
+    return out
+
+
+def add_rms_norm_(x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ref_add_rms_norm` with the sum written into ``x`` itself where the kernel runs
+    (``x`` a contiguous float32 (T, dim) tensor the caller owns, e.g. the residual stream)."""
+    lib = _lib()
+    if (lib is None or x.dtype != torch.float32 or a.dtype != torch.float32 or x.dim() != 2
+            or x.shape[1] % 8 or not x.is_contiguous()):
+        return ref_add_rms_norm(x, a, weight, eps)
+    a = a.contiguous()
+    out = torch.empty_like(x)
+    lib.agentrt_add_rms_norm(x.data_ptr(), a.data_ptr(), weight.data_ptr(), out.data_ptr(),
+                             x.shape[0], x.shape[1], ctypes.c_float(eps))
+    return x, out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """:func:`ref_silu_mul` of a float32 (T, 2 * inter) fused gate/up output in one call
+    (equal to the reference within a few float32 ulps: another ``exp``)."""
+    lib = _lib()
+    t, width = gate_up.shape
+    if (lib is None or gate_up.dtype != torch.float32 or width % 16
+            or not gate_up.is_contiguous()):
+        return ref_silu_mul(gate_up)
+    out = torch.empty(t, width // 2, dtype=torch.float32)
+    lib.agentrt_silu_mul(gate_up.data_ptr(), out.data_ptr(), t, width // 2)
     return out
 
 
@@ -77,10 +109,13 @@ def _lib() -> ctypes.CDLL | None:
         return None
     p, i64, f32, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int32
     lib.agentrt_rms_norm.argtypes = [p, p, p, i64, i64, f32]
+    lib.agentrt_add_rms_norm.argtypes = [p, p, p, p, i64, i64, f32]
+    lib.agentrt_silu_mul.argtypes = [p, p, i64, i64]
     lib.agentrt_rope.argtypes = [p, i64, i64, i64, i64, p, p]
     lib.agentrt_decode_attention.argtypes = [p, i64, p, p, p, p, p, i64, i64, i64, i64, i64,
                                              f32, p, i32]
-    for fn in (lib.agentrt_rms_norm, lib.agentrt_rope):
+    for fn in (lib.agentrt_rms_norm, lib.agentrt_add_rms_norm, lib.agentrt_silu_mul,
+               lib.agentrt_rope):
         fn.restype = None
     lib.agentrt_decode_attention.restype = ctypes.c_int
     return lib
