@@ -84,12 +84,19 @@ class QuantLinear:
     bits: Bits = 8
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        self.weight = quantize(weight, self.bits)
+        self._weight = quantize(weight, self.bits)
         self.bias = None if bias is None else bias.to(torch.float32)
         self.out_features, self.in_features = weight.shape
         self._kernel = _kernel(self.bits)
         self.isa: int = self._kernel.best_isa if self._kernel else 0
         """Vector width the kernel runs at: 512 (AVX-512), 256 (AVX2), 0 (the reference)."""
+        w = self._weight  # NOTE: pointers taken once: a decode step makes ~120 of these calls
+        self._pointers = (w.q.data_ptr(), w.d.data_ptr(), *_minimums(w))
+
+    @property
+    def weight(self) -> QuantWeight:
+        """The quantized weight (read-only: the kernel holds pointers into it)."""
+        return self._weight
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         rows = h.shape[0]
@@ -99,10 +106,8 @@ class QuantLinear:
             return F.linear(h, self.dequantized(), self.bias)
         h = h.contiguous()
         out = torch.empty(rows, self.out_features, dtype=torch.float32)
-        w = self.weight
-        self._kernel.linear(h.data_ptr(), rows, self.in_features, w.q.data_ptr(),
-                            w.d.data_ptr(), *_minimums(w), self.out_features, out.data_ptr(),
-                            torch.get_num_threads(), self.isa)
+        self._kernel.linear(h.data_ptr(), rows, self.in_features, *self._pointers,
+                            self.out_features, out.data_ptr(), torch.get_num_threads(), self.isa)
         if self.bias is not None:
             out += self.bias
         return out
@@ -111,11 +116,9 @@ class QuantLinear:
         """The float32 weight, equal to :func:`dequantize` (by the kernel when it runs)."""
         if self._kernel is None:
             return dequantize(self.weight)
-        w = self.weight
         out = torch.empty(self.out_features, self.in_features, dtype=torch.float32)
-        self._kernel.dequantize(self.out_features, self.in_features, w.q.data_ptr(),
-                                w.d.data_ptr(), *_minimums(w), out.data_ptr(),
-                                torch.get_num_threads())
+        self._kernel.dequantize(self.out_features, self.in_features, *self._pointers,
+                                out.data_ptr(), torch.get_num_threads())
         return out
 
     @property
