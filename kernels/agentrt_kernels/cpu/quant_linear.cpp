@@ -1,6 +1,6 @@
-// Weight-only quantized linear layers for CPU decode (AVX2 + FMA), GGUF's Q8_0 and Q4_1 forms.
+// Weight-only quantized linear layers for CPU decode (AVX2 + FMA; AVX-512), GGUF Q8_0 and Q4_1.
 //
-//   out[m, n] = sum_g  d[n, g] * sum_{k in g} x[m, k] * q[n, k]   (+ mn[n, g] * sum_{k in g} x[m, k])
+//   out[m, n] = sum_g d[n, g] * sum_{k in g} x[m, k] * q[n, k]  (+ mn[n, g] * sum_{k in g} x[m, k])
 //
 // x (M, K) float32 row-major; groups of 32 weights along K, each with a float32 scale d and, for
 // the 4-bit form, a float32 minimum mn (w = d * q + mn, q in 0..15); the 8-bit form is symmetric
