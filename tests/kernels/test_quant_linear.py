@@ -16,6 +16,12 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
            "List three prime numbers.", "Who wrote Hamlet?"]
 
 
+def test_isa_cannot_be_set_to_a_width_the_cpu_lacks():
+    layer = Q8Linear(torch.zeros(8, 32))
+    with pytest.raises(ValueError, match="isa=1024"):
+        layer.isa = 1024
+
+
 def _isas() -> list[int]:
     """The kernel's vector widths this CPU runs: AVX2 always, AVX-512 where it has it."""
     layer = Q8Linear(torch.zeros(8, 32))

@@ -88,10 +88,23 @@ class QuantLinear:
         self.bias = None if bias is None else bias.to(torch.float32)
         self.out_features, self.in_features = weight.shape
         self._kernel = _kernel(self.bits)
-        self.isa: int = self._kernel.best_isa if self._kernel else 0
-        """Vector width the kernel runs at: 512 (AVX-512), 256 (AVX2), 0 (the reference)."""
+        self._isa = self._kernel.best_isa if self._kernel else 0
         w = self._weight  # NOTE: pointers taken once: a decode step makes ~120 of these calls
         self._pointers = (w.q.data_ptr(), w.d.data_ptr(), *_minimums(w))
+
+    @property
+    def isa(self) -> int:
+        """Vector width the kernel runs at: 512 (AVX-512), 256 (AVX2), 0 (the torch reference).
+        Settable to a narrower width this CPU also runs (the tests compare both forms)."""
+        return self._isa
+
+    @isa.setter
+    def isa(self, width: int) -> None:
+        best = self._kernel.best_isa if self._kernel else 0
+        runs = [w for w in (256, 512) if w <= best]
+        if width not in runs:
+            raise ValueError(f"isa={width}: on this machine the kernel runs at {runs or 'none'}")
+        self._isa = width
 
     @property
     def weight(self) -> QuantWeight:
