@@ -82,6 +82,7 @@ from _three_sides import (
     rotated,
     start,
     timed,
+    warm_up,
 )
 from langchain_core.output_parsers import CommaSeparatedListOutputParser, StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
@@ -274,9 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"{', '.join(fast.graph.applied) or 'none'}):")
     print(fast.graph)
     print("warm-up (untimed): one query per side")
-    for name in SIDES:
-        if name in runners:
-            runners[name].invoke(WARMUP)
+    warm_up(runners, SIDES, WARMUP)
     questions = QUESTIONS[: args.queries]
     print(f"timing {len(questions)} questions (prefix cache cleared before every timed run):")
     results = measure(engine, runners, counters, questions, args.batch_repeats)

@@ -74,6 +74,7 @@ from _three_sides import (
     rotated,
     start,
     timed,
+    warm_up,
 )
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
@@ -214,9 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"{', '.join(fast.graph.applied) or 'none'}):")
     print(fast.graph)
     print("warm-up (untimed): one run per side")
-    for name in SIDES:
-        if name in runners:
-            runners[name].invoke(document)
+    warm_up(runners, SIDES, document)
     print(f"timing {args.repeats} run(s) per side (prefix cache cleared before every run):")
     runs = measure(engine, runners, counters, document, args.repeats)
     print_trace(fast, list(fast.runtime.last_trace), "its last run")

@@ -206,8 +206,11 @@ class Engine:
         """Queue a request; ``subscriber`` is called from the driver thread with every update.
 
         See :meth:`LLMEngine.add_request` for ``hook``, ``keep_kv``, ``forced_token_ids``,
-        ``pause``, ``group`` and ``depth``.
+        ``pause``, ``group`` and ``depth``. Frees the calling thread's OpenMP pool, if its
+        torch work left one (:mod:`agentrt.core.openmp`): while it exists, the driver thread's
+        parallel regions lose their spin-wait.
         """
+        release_openmp_pool()
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, request_id=request_id,
@@ -220,6 +223,7 @@ class Engine:
         return req
 
     def _submit_resume(self, request_id, appended, params, subscriber, kwargs) -> Request:
+        release_openmp_pool()  # as in submit()
         with self._lock:
             self._check_open()
             req = self.core.resume(request_id, appended, params, **kwargs)

@@ -61,10 +61,10 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """:func:`ref_silu_mul` of a float32 (T, 2 * inter) fused gate/up output in one call
     (equal to the reference within a few float32 ulps: another ``exp``)."""
     lib = _lib()
-    t, width = gate_up.shape
-    if (lib is None or gate_up.dtype != torch.float32 or width % 16
-            or not gate_up.is_contiguous()):
+    if (lib is None or gate_up.dtype != torch.float32 or gate_up.dim() != 2
+            or gate_up.shape[1] % 16 or not gate_up.is_contiguous()):
         return ref_silu_mul(gate_up)
+    t, width = gate_up.shape
     out = torch.empty(t, width // 2, dtype=torch.float32)
     lib.agentrt_silu_mul(gate_up.data_ptr(), out.data_ptr(), t, width // 2)
     return out
