@@ -2,8 +2,10 @@
 
 The front door is :class:`Engine`; requests are shaped by :class:`SamplingParams` and
 answered with :class:`RequestOutput` (whole) or :class:`StreamDelta` (streamed).
+:func:`get_backend` gives the same agent runs another token source (an SGLang server).
 """
 
+from agentrt.backends import Backend, get_backend
 from agentrt.config import EngineConfig
 from agentrt.core.request import Pause
 from agentrt.core.sampling_params import SamplingParams
@@ -31,6 +33,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
 
 __all__ = [
+    "Backend",
     "DEFAULT_MODEL",
     "Engine",
     "EngineConfig",
@@ -42,4 +45,5 @@ __all__ = [
     "StreamDelta",
     "UnsupportedModelError",
     "__version__",
+    "get_backend",
 ]
