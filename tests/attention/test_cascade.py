@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentrt import Engine, SamplingParams
-from agentrt.attention import AttentionMetadata, KVCacheTensors, get_backend
+from agentrt.attention import KVCacheTensors, get_backend
 from agentrt.attention.cascade import merge_state
 from agentrt.attention.torch_cascade import TorchCascadeBackend, attention_with_lse
 from agentrt.attention.torch_ref import TorchRefBackend
@@ -16,42 +16,16 @@ from agentrt.attention.torch_ref import TorchRefBackend
 H, KVH, D, PAGE, PAGES = 6, 2, 16, 4, 96
 
 
-def _batch(rng: random.Random, groups: list[str | None], q_lens: list[int]):
-    """Sequences of a group start on the group's prefix pages; the rest are scattered."""
-    free = list(range(PAGES))
-    rng.shuffle(free)
-    prefixes: dict[str, list[int]] = {}
-    qo, kv_ptr, indices, last, slots = [0], [0], [], [], []
-    for group, q_len in zip(groups, q_lens, strict=True):
-        cached = rng.randint(2 * PAGE, 5 * PAGE) if group else rng.randint(0, 13)
-        own: list[int] = []
-        if group:
-            if group not in prefixes:
-                prefixes[group] = [free.pop() for _ in range(3)]
-            own = prefixes[group][: cached // PAGE]
-        total = cached + q_len
-        pages = own + [free.pop() for _ in range(-(-total // PAGE) - len(own))]
-        indices += pages
-        qo.append(qo[-1] + q_len)
-        kv_ptr.append(kv_ptr[-1] + len(pages))
-        last.append(total - (len(pages) - 1) * PAGE)
-        slots += [pages[p // PAGE] * PAGE + p % PAGE for p in range(cached, total)]
-    t = torch.int32
-    return AttentionMetadata(torch.tensor(qo, dtype=t), torch.tensor(kv_ptr, dtype=t),
-                             torch.tensor(indices, dtype=t), torch.tensor(last, dtype=t),
-                             torch.tensor(slots), PAGE)
-
-
 @pytest.mark.parametrize("groups, q_lens", [
     (["a", "a", "a", "a"], [1, 1, 1, 1]),  # decode steps of one group
     (["a", None, "a", "a", None, "b", "b"], [1, 6, 1, 9, 1, 1, 3]),  # mixed, group a split
     (["a", "b", "a", "b"], [5, 1, 1, 7]),  # interleaved groups, prefill chunks
 ])
-def test_torch_cascade_equals_full_attention(groups, q_lens):
+def test_torch_cascade_equals_full_attention(make_batch, groups, q_lens):
     rng = random.Random(0)
     torch.manual_seed(0)
     for _ in range(5):
-        meta = _batch(rng, groups, q_lens)
+        meta = make_batch(rng, list(zip(q_lens, groups, strict=True)), PAGE, PAGES)
         kv = KVCacheTensors.allocate(1, PAGES, PAGE, KVH, D, torch.float32)
         kv.k.normal_()
         kv.v.normal_()
@@ -67,8 +41,8 @@ def test_torch_cascade_equals_full_attention(groups, q_lens):
         assert torch.equal(kv_cascade.k, kv.k) and torch.equal(kv_cascade.v, kv.v)
 
 
-def test_without_shared_pages_it_is_the_torch_backend():
-    meta = _batch(random.Random(1), [None, None, None], [1, 4, 1])
+def test_without_shared_pages_it_is_the_torch_backend(make_batch):
+    meta = make_batch(random.Random(1), [(1, None), (4, None), (1, None)], PAGE, PAGES)
     kv = KVCacheTensors.allocate(1, PAGES, PAGE, KVH, D, torch.float32)
     backend = get_backend("torch_cascade")(kv, H, D)
     backend.plan(meta)

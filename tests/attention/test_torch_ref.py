@@ -6,37 +6,17 @@ import random
 
 import torch
 
-from agentrt.attention import AttentionMetadata, KVCacheTensors
+from agentrt.attention import KVCacheTensors
 from agentrt.attention.torch_ref import TorchRefBackend, ref_paged_attention
 
 H, KVH, D, PAGE, PAGES = 4, 2, 16, 4, 40
 
 
-def _random_batch(rng: random.Random):
-    """Sequences with random cached lengths and new-token counts, on scattered pages."""
-    free = list(range(PAGES))
-    rng.shuffle(free)
-    qo, kv_ptr, indices, last, slots = [0], [0], [], [], []
-    for q_len in (1, 1, 7, 1, 5):
-        cached = rng.randint(0, 13)
-        total = cached + q_len
-        pages = [free.pop() for _ in range(-(-total // PAGE))]
-        indices += pages
-        qo.append(qo[-1] + q_len)
-        kv_ptr.append(kv_ptr[-1] + len(pages))
-        last.append(total - (len(pages) - 1) * PAGE)
-        slots += [pages[p // PAGE] * PAGE + p % PAGE for p in range(cached, total)]
-    t = torch.int32
-    return AttentionMetadata(torch.tensor(qo, dtype=t), torch.tensor(kv_ptr, dtype=t),
-                             torch.tensor(indices, dtype=t), torch.tensor(last, dtype=t),
-                             torch.tensor(slots), PAGE)
-
-
-def test_backend_equals_reference_over_the_metadata():
+def test_backend_equals_reference_over_the_metadata(make_batch):
     rng = random.Random(0)
     torch.manual_seed(0)
     for _ in range(5):
-        meta = _random_batch(rng)
+        meta = make_batch(rng, [(q, None) for q in (1, 1, 7, 1, 5)], PAGE, PAGES)
         kv = KVCacheTensors.allocate(1, PAGES, PAGE, KVH, D, torch.float32)
         kv.k.normal_()
         kv.v.normal_()
