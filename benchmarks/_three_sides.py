@@ -49,6 +49,13 @@ class Run:
     num_decode: int
 
 
+def doc_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A parser whose ``--help`` is the script's docstring: its first paragraph, then the rest."""
+    paragraphs = (doc or "").split("\n\n")
+    return argparse.ArgumentParser(description=paragraphs[0], epilog="\n\n".join(paragraphs[1:]),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def add_side_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", default="none", choices=("none", "int8", "int4"),
                    help="agentrt's weight format (int4 = the GGUF's own Q4_1 groups: the same "

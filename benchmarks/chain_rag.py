@@ -76,6 +76,7 @@ from _three_sides import (
     add_hf_side,
     add_side_args,
     check_outputs,
+    doc_parser,
     engine_counters,
     finish,
     print_trace,
@@ -222,10 +223,7 @@ def answer_pairs(results: dict[str, SideResult], side: str) -> list[Pair]:
 
 # --- main ------------------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    doc = __doc__ or ""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(doc.split("\n\n")[1:]))
+    p = doc_parser(__doc__)
     p.add_argument("--queries", type=int, default=4,
                    help=f"questions timed, 1..{len(QUESTIONS)} (default: %(default)s); "
                         "> 1 also times one batch of them")

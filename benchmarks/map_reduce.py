@@ -68,6 +68,7 @@ from _three_sides import (
     add_hf_side,
     add_side_args,
     check_outputs,
+    doc_parser,
     engine_counters,
     finish,
     print_trace,
@@ -164,10 +165,7 @@ def summary_pairs(runs: dict[str, list[Run]], side: str) -> list[tuple[str, str,
 
 # --- main ------------------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    doc = __doc__ or ""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(doc.split("\n\n")[1:]))
+    p = doc_parser(__doc__)
     p.add_argument("--chunks", type=int, default=6,
                    help="pieces the document is split into (map calls; default: %(default)s)")
     p.add_argument("--chunk-tokens", type=int, default=120,
