@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agentrt import Engine
-from agentrt.attention import AttentionMetadata
+from agentrt.attention import AttentionMetadata, KVCacheTensors
 
 
 @pytest.fixture(scope="session")
@@ -103,3 +103,30 @@ def build_batch(rng: random.Random, specs: list[tuple[int, str | None]], page_si
 @pytest.fixture
 def make_batch():
     return build_batch
+
+
+def random_cache(pages: int, page_size: int, kv_heads: int, head_dim: int, *, layers: int = 1,
+                 dtype: torch.dtype = torch.float32, device: str = "cpu") -> KVCacheTensors:
+    """A paged KV cache filled with normal noise (what stale pages hold)."""
+    kv = KVCacheTensors.allocate(layers, pages, page_size, kv_heads, head_dim, dtype, device)
+    kv.k.normal_()
+    kv.v.normal_()
+    return kv
+
+
+def random_qkv(meta: AttentionMetadata, heads: int, kv_heads: int, head_dim: int
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random float32 q, k, v for the step ``meta`` describes (one row per new token)."""
+    t = int(meta.qo_indptr[-1])
+    return (torch.randn(t, heads, head_dim), torch.randn(t, kv_heads, head_dim),
+            torch.randn(t, kv_heads, head_dim))
+
+
+@pytest.fixture
+def make_cache():
+    return random_cache
+
+
+@pytest.fixture
+def make_qkv():
+    return random_qkv

@@ -21,17 +21,14 @@ H, KVH, D, PAGE, PAGES = 6, 2, 16, 4, 96
     (["a", None, "a", "a", None, "b", "b"], [1, 6, 1, 9, 1, 1, 3]),  # mixed, group a split
     (["a", "b", "a", "b"], [5, 1, 1, 7]),  # interleaved groups, prefill chunks
 ])
-def test_torch_cascade_equals_full_attention(make_batch, groups, q_lens):
+def test_torch_cascade_equals_full_attention(make_batch, make_cache, make_qkv, groups, q_lens):
     rng = random.Random(0)
     torch.manual_seed(0)
     for _ in range(5):
         meta = make_batch(rng, list(zip(q_lens, groups, strict=True)), PAGE, PAGES)
-        kv = KVCacheTensors.allocate(1, PAGES, PAGE, KVH, D, torch.float32)
-        kv.k.normal_()
-        kv.v.normal_()
+        kv = make_cache(PAGES, PAGE, KVH, D)
         kv_cascade = KVCacheTensors(kv.k.clone(), kv.v.clone())
-        t = int(meta.qo_indptr[-1])
-        q, k, v = torch.randn(t, H, D), torch.randn(t, KVH, D), torch.randn(t, KVH, D)
+        q, k, v = make_qkv(meta, H, KVH, D)
         full, cascade = TorchRefBackend(kv, H, D), TorchCascadeBackend(kv_cascade, H, D)
         full.plan(meta)
         cascade.plan(meta)

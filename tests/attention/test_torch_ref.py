@@ -12,16 +12,13 @@ from agentrt.attention.torch_ref import TorchRefBackend, ref_paged_attention
 H, KVH, D, PAGE, PAGES = 4, 2, 16, 4, 40
 
 
-def test_backend_equals_reference_over_the_metadata(make_batch):
+def test_backend_equals_reference_over_the_metadata(make_batch, make_cache, make_qkv):
     rng = random.Random(0)
     torch.manual_seed(0)
     for _ in range(5):
         meta = make_batch(rng, [(q, None) for q in (1, 1, 7, 1, 5)], PAGE, PAGES)
-        kv = KVCacheTensors.allocate(1, PAGES, PAGE, KVH, D, torch.float32)
-        kv.k.normal_()
-        kv.v.normal_()
-        t = int(meta.qo_indptr[-1])
-        q, k, v = torch.randn(t, H, D), torch.randn(t, KVH, D), torch.randn(t, KVH, D)
+        kv = make_cache(PAGES, PAGE, KVH, D)
+        q, k, v = make_qkv(meta, H, KVH, D)
         backend = TorchRefBackend(kv, H, D)
         backend.plan(meta)
         out = backend.forward(0, q, k, v)

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from agentrt import Engine, EngineConfig, SamplingParams
-from agentrt.attention import KVCacheTensors
 from agentrt.attention.torch_ref import TorchRefBackend, ref_paged_attention
 from agentrt_kernels.cpu import decode_ops
 from agentrt_kernels.cpu.attention import CpuDecodeBackend
@@ -61,8 +60,8 @@ def test_rope_rotates_a_strided_view_in_place_bit_for_bit():
 
 
 @pytest.mark.parametrize("specs", [MIXED, DECODE])
-def test_decode_attention_equals_the_reference_over_the_same_metadata(make_batch, specs,
-                                                                      monkeypatch):
+def test_decode_attention_equals_the_reference_over_the_same_metadata(
+        make_batch, make_cache, make_qkv, specs, monkeypatch):
     def no_fallback(*args):
         raise AssertionError("the kernel declined and torch ran instead")
     monkeypatch.setattr(TorchRefBackend, "_attend_decode", no_fallback)
@@ -70,11 +69,8 @@ def test_decode_attention_equals_the_reference_over_the_same_metadata(make_batch
     torch.manual_seed(3)
     for _ in range(4):
         meta = make_batch(rng, specs)
-        kv = KVCacheTensors.allocate(1, 128, 4, KVH, D, torch.float32)
-        kv.k.normal_()
-        kv.v.normal_()
-        t = int(meta.qo_indptr[-1])
-        q, k, v = torch.randn(t, H, D), torch.randn(t, KVH, D), torch.randn(t, KVH, D)
+        kv = make_cache(128, 4, KVH, D)
+        q, k, v = make_qkv(meta, H, KVH, D)
         backend = CpuDecodeBackend(kv, H, D)
         backend.plan(meta)
         out = backend.forward(0, q, k, v)  # appends k/v, then attends

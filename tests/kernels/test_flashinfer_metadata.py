@@ -35,24 +35,12 @@ DECODE = [(1, None)] * 5
 SHARED = [(1, "a"), (5, None), (1, "a"), (7, "a"), (1, None), (1, "b"), (3, "b"), (1, "b")]
 
 
-def _cache(layers: int = 1) -> KVCacheTensors:
-    kv = KVCacheTensors.allocate(layers, PAGES, 4, KVH, D, torch.float32)
-    kv.k.normal_()
-    kv.v.normal_()
-    return kv
-
-
 def _clone(kv: KVCacheTensors) -> KVCacheTensors:
     return KVCacheTensors(kv.k.clone(), kv.v.clone())
 
 
-def _qkv(meta):
-    t = int(meta.qo_indptr[-1])
-    return torch.randn(t, H, D), torch.randn(t, KVH, D), torch.randn(t, KVH, D)
-
-
 @pytest.mark.parametrize("specs", [MIXED, DECODE, SHARED])
-def test_append_indices_address_the_slot_mapping(make_batch, specs):
+def test_append_indices_address_the_slot_mapping(make_batch, specs, make_cache, make_qkv):
     rng = random.Random(0)
     for _ in range(5):
         meta = make_batch(rng, specs)
@@ -60,10 +48,10 @@ def test_append_indices_address_the_slot_mapping(make_batch, specs):
         b, pos = idx.batch_indices.long(), idx.positions.long()
         pages = meta.kv_indices.long()[meta.kv_indptr.long()[b] + pos // meta.page_size]
         assert torch.equal(pages * meta.page_size + pos % meta.page_size, meta.slot_mapping)
-        kv, ref = _cache(), _cache()
+        kv, ref = make_cache(PAGES, 4, KVH, D), make_cache(PAGES, 4, KVH, D)
         ref.k.copy_(kv.k)
         ref.v.copy_(kv.v)
-        _, k, v = _qkv(meta)
+        _, k, v = make_qkv(meta, H, KVH, D)
         k_slots, v_slots = kv.layer_slots(0)
         k_slots.index_copy_(0, meta.slot_mapping, k)  # what the torch backend does
         v_slots.index_copy_(0, meta.slot_mapping, v)
@@ -73,13 +61,14 @@ def test_append_indices_address_the_slot_mapping(make_batch, specs):
 
 
 @pytest.mark.parametrize("specs", [MIXED, DECODE])
-def test_plan_args_through_the_reference_equal_the_torch_backend(make_batch, specs):
+def test_plan_args_through_the_reference_equal_the_torch_backend(make_batch, make_cache, make_qkv,
+                                                                 specs):
     rng = random.Random(1)
     torch.manual_seed(1)
     for _ in range(5):
         meta = make_batch(rng, specs)
-        kv = _cache()
-        q, k, v = _qkv(meta)
+        kv = make_cache(PAGES, 4, KVH, D)
+        q, k, v = make_qkv(meta, H, KVH, D)
         backend = TorchRefBackend(kv, H, D)
         backend.plan(meta)
         out = backend.forward(0, q, k, v)  # appends k/v, then attends
@@ -102,13 +91,13 @@ def test_plan_calls_carry_the_metadata(make_batch):
     assert len(decode.args) == 7 and decode.args[3:] == (H, KVH, D, 4)
 
 
-def test_cascade_levels_equal_full_attention(make_batch):
+def test_cascade_levels_equal_full_attention(make_batch, make_cache, make_qkv):
     rng = random.Random(3)
     torch.manual_seed(3)
     for _ in range(10):
         meta = make_batch(rng, SHARED)
-        kv = _cache()
-        q = _qkv(meta)[0]
+        kv = make_cache(PAGES, 4, KVH, D)
+        q = make_qkv(meta, H, KVH, D)[0]
         split = split_cascade(meta)
         assert split is not None and split.num_groups == 2
         plan = cascade_plan_args(split, HEADS)
@@ -161,19 +150,20 @@ def test_no_shared_pages_no_split(make_batch):
 
 @pytest.mark.parametrize("cls", [FlashInferBackend, FlashInferCascadeBackend])
 @pytest.mark.parametrize("specs", [MIXED, DECODE, SHARED])
-def test_backend_on_reference_kernels_equals_torch_backend(make_batch, cls, specs):
+def test_backend_on_reference_kernels_equals_torch_backend(make_batch, make_cache, make_qkv, cls,
+                                                           specs):
     rng = random.Random(6)
     torch.manual_seed(6)
     num_cascade_steps = 0
     for _ in range(3):
         meta = make_batch(rng, specs)
-        kv = _cache(layers=2)
+        kv = make_cache(PAGES, 4, KVH, D, layers=2)
         kv_fi = _clone(kv)
         torch_backend, fi = TorchRefBackend(kv, H, D), cls(kv_fi, H, D, impl="reference")
         torch_backend.plan(meta)
         fi.plan(meta)
         for layer in range(2):
-            q, k, v = _qkv(meta)
+            q, k, v = make_qkv(meta, H, KVH, D)
             want = torch_backend.forward(layer, q, k, v)
             torch.testing.assert_close(fi.forward(layer, q, k, v), want, atol=1e-5, rtol=1e-5)
         assert torch.equal(kv_fi.k, kv.k) and torch.equal(kv_fi.v, kv.v)
@@ -184,14 +174,14 @@ def test_backend_on_reference_kernels_equals_torch_backend(make_batch, cls, spec
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None,
                     reason="flashinfer is installed")
-def test_flashinfer_impl_without_flashinfer_says_how_to_install():
+def test_flashinfer_impl_without_flashinfer_says_how_to_install(make_cache):
     with pytest.raises(ImportError, match=r"pip install 'agentrt\[gpu\]'"):
-        FlashInferBackend(_cache(), H, D, impl="flashinfer")
+        FlashInferBackend(make_cache(PAGES, 4, KVH, D), H, D, impl="flashinfer")
 
 
-def test_auto_impl_on_a_cpu_cache_falls_back_to_the_reference():
+def test_auto_impl_on_a_cpu_cache_falls_back_to_the_reference(make_cache):
     with pytest.warns(RuntimeWarning, match="the KV cache is on cpu.*torch reference kernels"):
-        backend = get_backend("flashinfer")(_cache(), H, D)
+        backend = get_backend("flashinfer")(make_cache(PAGES, 4, KVH, D), H, D)
     assert type(backend.kernels).__name__ == "_ReferenceKernels"
 
 
