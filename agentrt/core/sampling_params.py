@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LogitsProcessor", "SamplingParams"]
+__all__ = ["MAX_SEED", "MIN_SEED", "LogitsProcessor", "SamplingParams", "check_seed"]
+
+MIN_SEED = -(2**63)
+MAX_SEED = 2**63 - 1
+"""Seeds are signed 64-bit integers (vLLM's range for OpenAI's ``seed``); torch's generators
+take them all."""
 
 
 class LogitsProcessor(Protocol):
@@ -42,7 +47,8 @@ class SamplingParams:
     top_p: float = 1.0
     """Keep the smallest set of tokens whose probability reaches p (1 = off)."""
     seed: int | None = None
-    """Seed of this request's own generator (sampling only); None = nondeterministic."""
+    """Seed of this request's own generator (sampling only), in [MIN_SEED, MAX_SEED];
+    None = nondeterministic."""
     stop: tuple[str, ...] = ()
     """Strings that end generation; not included in the output text."""
     stop_token_ids: tuple[int, ...] = ()
@@ -76,7 +82,22 @@ class SamplingParams:
             raise ValueError("stop strings must be non-empty")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError("logprobs must be >= 0")
+        check_seed(self.seed)
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+
+def check_seed(seed: object, name: str = "seed") -> None:
+    """Raise ``ValueError`` unless ``seed`` is None or a signed 64-bit integer."""
+    if seed is None:
+        return
+    if not isinstance(seed, int) or isinstance(seed, bool) or not MIN_SEED <= seed <= MAX_SEED:
+        raise ValueError(f"{name} must be an integer in [-2**63, 2**63 - 1] (a signed 64-bit "
+                         f"integer), got {_short(seed)}")
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."

@@ -263,7 +263,8 @@ class Engine:
                     # NOTE: nothing could run (memory held by paused requests): wait for a
                     # resume, release or abort instead of spinning
                     self._wake.wait(timeout=0.005)
-                deliveries = [(self._subscribers.get(u.request.request_id), u) for u in updates]
+                deliveries = [(self._subscribers.get(u.request.request_id),
+                               u if u.error is None else u.error) for u in updates]
                 for u in updates:
                     if u.finished:
                         self._subscribers.pop(u.request.request_id, None)
@@ -272,7 +273,9 @@ class Engine:
                     sub(u)
 
     def _fail_all(self, exc: BaseException) -> None:
-        """A step raised: abort everything in flight (freeing its KV) and tell the callers."""
+        """A step raised outside any one request's sampling (those fail alone, see
+        :meth:`LLMEngine.step`): abort everything in flight (freeing its KV) and tell the
+        callers."""
         for rid in list(self.core.requests):
             self.core.abort(rid)
         subs, self._subscribers = self._subscribers, {}
@@ -328,7 +331,8 @@ class Engine:
     @staticmethod
     def _delta(req: Request, item: StepUpdate | BaseException) -> StreamDelta:
         if isinstance(item, BaseException):
-            raise RuntimeError(f"the engine failed while running {req.request_id}") from item
+            raise RuntimeError(f"the engine failed while running {req.request_id}: "
+                               f"{type(item).__name__}: {item}") from item
         return StreamDelta(req.request_id, item.text_delta, item.new_token_ids, item.finished,
                            req.finish_reason if item.finished else None)
 

@@ -23,7 +23,7 @@ from agentrt.core.kv_tensors import KVCacheTensors
 from agentrt.core.request import Pause, Request, RequestStatus
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.model_runner import ModelRunner
-from agentrt.engine.sampler import sample
+from agentrt.engine.sampler import Sampled, sample
 from agentrt.intercept import CostModel, ForwardTimeFit, Strategy, get_policy
 from agentrt.kvcache.manager import KVCacheManager
 from agentrt.models import load_model
@@ -65,6 +65,8 @@ class StepUpdate:
     new_token_ids: list[int]
     text_delta: str
     finished: bool
+    error: Exception | None = None
+    """What failed inside this request's sampling (it is aborted; the others run on)."""
 
 
 class LLMEngine:
@@ -291,7 +293,11 @@ class LLMEngine:
 
     # --- the loop --------------------------------------------------------------------------
     def step(self) -> list[StepUpdate]:
-        """Run one scheduling step; return what happened to each request it touched."""
+        """Run one scheduling step; return what happened to each request it touched.
+
+        A request whose logits processor or sampling raises is aborted alone: its update is
+        finished and carries the ``error``. Anything else that raises fails the whole step.
+        """
         running_tokens = self.scheduler.num_running_tokens
         self.interceptions.begin_step(self._last_batch_tokens, running_tokens,
                                       self.scheduler.largest_swap_in)
@@ -311,9 +317,12 @@ class LLMEngine:
             if chunk.samples:
                 sampled_reqs.append(req)
             req.num_computed_tokens += chunk.num_tokens
-        tokens = sample(logits, sampled_reqs) if sampled_reqs else []
+        sampled = sample(logits, sampled_reqs) if sampled_reqs else Sampled([], {})
         self._record_step(out.num_tokens, time.perf_counter() - t0, recomputed)
-        updates = [self._append(req, tok) for req, tok in zip(sampled_reqs, tokens, strict=True)]
+        updates = [self._fail(req, sampled.errors[i]) if i in sampled.errors
+                   else self._append(req, tok)
+                   for i, (req, tok) in enumerate(zip(sampled_reqs, sampled.token_ids,
+                                                      strict=True))]
         self.interceptions.end_step(self.scheduler.num_running_tokens, out.num_tokens,
                                     self._memory_pressure)
         return updates
@@ -358,6 +367,13 @@ class LLMEngine:
             self.scheduler.remove(req)
             self._finish(req, reason)
         return StepUpdate(req, [token], self._stream_delta(req), reason is not None)
+
+    def _fail(self, req: Request, exc: Exception) -> StepUpdate:
+        """Abort ``req`` alone: its logits processor or sampling raised ``exc``."""
+        self.scheduler.remove(req)
+        self._release(req, "abort")
+        req.stop_reason = f"sampling failed: {type(exc).__name__}: {exc}"
+        return StepUpdate(req, [], "", True, error=exc)
 
     @staticmethod
     def _call_hook(req: Request, token: int):

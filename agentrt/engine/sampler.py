@@ -2,39 +2,69 @@
 
 A request's ``logits_processor`` (grammar-constrained decoding) reshapes its row first, so
 greedy, sampling and logprobs all see the processed distribution.
+
+Rows fail alone: a processor or a row's sampling that raises is reported for that row in
+:attr:`Sampled.errors` (the engine aborts that request) while the other rows get their tokens.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
 from agentrt.core.request import Request
 
-__all__ = ["sample"]
+__all__ = ["Sampled", "sample"]
 
 
-def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
+class Sampled(NamedTuple):
+    """The tokens of one step's rows, and the rows that failed."""
+
+    token_ids: list[int]
+    """One token per row (meaningless for a row in ``errors``)."""
+    errors: dict[int, Exception]
+    """Row → what its logits processor or its sampling raised."""
+
+
+def sample(logits: torch.Tensor, requests: list[Request]) -> Sampled:
     """One token per row of ``logits`` (N, vocab), row i for ``requests[i]``.
 
     Fills ``request.logprobs`` when the request asked for them.
     """
-    _process(logits, requests)
+    errors = _process(logits, requests)
     tokens = logits.argmax(dim=-1).tolist()
     for i, req in enumerate(requests):
-        if not req.params.is_greedy:
-            tokens[i] = _sample_row(logits[i], req)
-        if req.params.logprobs is not None:
-            req.logprobs.append(_logprobs(logits[i], tokens[i], req.params.logprobs))
-    return tokens
+        if i in errors:
+            continue
+        try:
+            tokens[i] = _choose(logits[i], tokens[i], req)
+        except Exception as exc:  # noqa: BLE001 - one request's fault stays its own
+            errors[i] = exc
+    return Sampled(tokens, errors)
 
 
-def _process(logits: torch.Tensor, requests: list[Request]) -> None:
-    """Apply each request's logits processor to its row, in place."""
+def _choose(row: torch.Tensor, greedy_token: int, req: Request) -> int:
+    """The row's token (greedy or sampled), its logprobs recorded when asked for."""
+    token = greedy_token if req.params.is_greedy else _sample_row(row, req)
+    if req.params.logprobs is not None:
+        req.logprobs.append(_logprobs(row, token, req.params.logprobs))
+    return token
+
+
+def _process(logits: torch.Tensor, requests: list[Request]) -> dict[int, Exception]:
+    """Apply each request's logits processor to its row, in place; the rows that raised."""
+    errors: dict[int, Exception] = {}
     with torch.inference_mode():  # NOTE: the logits are inference tensors (no in-place outside)
         for i, req in enumerate(requests):
             processor = req.params.logits_processor
-            if processor is not None:
+            if processor is None:
+                continue
+            try:
                 logits[i] = processor(req.output_token_ids, logits[i])
+            except Exception as exc:  # noqa: BLE001 - one request's fault stays its own
+                errors[i] = exc
+    return errors
 
 
 def _sample_row(row: torch.Tensor, req: Request) -> int:

@@ -27,7 +27,7 @@ def test_processor_runs_before_greedy_and_sampling():
     greedy = Request("g", [0], SamplingParams(logits_processor=BanAndRecord({1})))
     hot = Request("h", [0], SamplingParams(temperature=1.0, seed=0,
                                            logits_processor=BanAndRecord({1, 2})))
-    assert sample(logits, [greedy, hot]) == [2, 0]
+    assert sample(logits, [greedy, hot]) == ([2, 0], {})
 
 
 def test_processor_sees_each_segment_from_its_start(engine, chat):

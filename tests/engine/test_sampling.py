@@ -15,17 +15,17 @@ def _req(**kw) -> Request:
 
 def test_seeded_sampling_reproduces_and_top_k_restricts():
     logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(0))
-    draws = [sample(logits, [_req(temperature=1.0, seed=7)])[0] for _ in range(3)]
+    draws = [sample(logits, [_req(temperature=1.0, seed=7)]).token_ids[0] for _ in range(3)]
     assert len(set(draws)) == 1
     top3 = set(logits[0].topk(3).indices.tolist())
     r = _req(temperature=2.0, top_k=3, seed=1)
-    assert {sample(logits, [r])[0] for _ in range(40)} <= top3
+    assert {sample(logits, [r]).token_ids[0] for _ in range(40)} <= top3
 
 
 def test_top_p_keeps_the_head_of_the_distribution():
     logits = torch.tensor([[5.0, 4.0, 0.0, -1.0, -2.0]])
     r = _req(temperature=1.0, top_p=0.5, seed=3)
-    assert {sample(logits, [r])[0] for _ in range(30)} == {0}
+    assert {sample(logits, [r]).token_ids[0] for _ in range(30)} == {0}
 
 
 def test_logprobs_and_greedy(engine, chat):
