@@ -5,11 +5,15 @@ returns a :class:`ToolCall`, whose :meth:`~ToolCall.feed` never blocks (the deco
 going while the tool works) and whose :meth:`~ToolCall.poll` reports an early rejection. The
 runtime enforces the wall-time limit: a worker busy on one piece (or on ``finish``) for longer than
 ``sandbox.max_wall_s`` is killed, its session state is lost, and the call gets an error
-observation — a tool never raises into, blocks forever, or crashes the caller.
+observation — a tool never raises into, blocks forever, or crashes the caller. Everything a worker
+sends is read from the data-only wire (:mod:`agentrt.agent.wire`) without blocking: a worker that
+sends a malformed, oversized or unexpected message, or withholds the rest of one past the
+deadline, is killed the same way.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -24,9 +28,10 @@ from agentrt.agent.plugin import Observation, PieceTiming, Tool
 from agentrt.agent.registry import Registry
 from agentrt.agent.sandbox import SandboxReport
 from agentrt.agent.template import ProcessWorker, TemplateProcess, ThreadWorker
+from agentrt.agent.wire import WireError, WireTimeout
 from agentrt.agent.worker import (
+    CALL_REPLIES,
     AbortMsg,
-    CloseMsg,
     Fed,
     FeedMsg,
     Finished,
@@ -37,6 +42,11 @@ from agentrt.agent.worker import (
 )
 
 __all__ = ["TOOLS", "ToolCall", "ToolRuntime", "create_tool"]
+
+#: how long a worker may take to open its tool's session (load an index, open a database)
+OPEN_TIMEOUT_S = 120.0
+#: how long the caller waits for room on a worker's socket when the tool has no wall limit
+SEND_TIMEOUT_S = 30.0
 
 TOOLS: Registry[Tool] = Registry(
     "tool",
@@ -66,6 +76,35 @@ class _Slot:
     death: str = ""
     next_call: int = 0
 
+    def post(self, msg: Any) -> str | None:
+        """Send ``msg`` to the worker; on failure kill it and return why (else None)."""
+        if self.is_dead:
+            return self.death
+        deadline = time.monotonic() + (self.tool.sandbox.max_wall_s or SEND_TIMEOUT_S)
+        try:
+            self.worker.channel.send(msg, deadline=deadline)
+        except (TypeError, ValueError) as exc:  # encoding: nothing was sent
+            raise TypeError(f"{self.tool.name}: tool arguments reach the worker as JSON, and "
+                            f"this one is not JSON ({exc})") from exc
+        except WireTimeout as exc:
+            self.kill(f"{self.tool.name}: the tool process stopped reading its input ({exc}); "
+                      "it was stopped")
+        except OSError:
+            self.kill(self.died())
+        return self.death if self.is_dead else None
+
+    def died(self) -> str:
+        """The message for a worker that exited on its own (with the end of its output)."""
+        log = self.worker.tail()
+        detail = f"; its last output:\n{log}" if log else ""
+        return f"{self.tool.name}: the tool process died unexpectedly{detail}"
+
+    def kill(self, message: str) -> None:
+        """Stop the worker for good; later calls of the session get ``message``."""
+        self.worker.kill()
+        if not self.is_dead:
+            self.is_dead, self.death = True, message
+
 
 class ToolCall:
     """One call in flight, seen from the caller. Not thread-safe: drive it from one thread."""
@@ -93,7 +132,11 @@ class ToolCall:
         if self._ended or self.observation is not None or self.rejection is not None:
             return
         self._kinds.append(piece.kind)
-        self._send(FeedMsg(self.call_id, len(self._kinds) - 1, piece))
+        try:
+            self._send(FeedMsg(self.call_id, len(self._kinds) - 1, piece))
+        except (TypeError, WireError):
+            self._kinds.pop()
+            raise
 
     def poll(self) -> str | None:
         """Collect replies without blocking; return the rejection message if the call failed."""
@@ -133,10 +176,7 @@ class ToolCall:
         if self.observation is not None:
             return self.observation
         if not self._slot.is_dead:
-            try:
-                self._slot.worker.conn.send(AbortMsg(self.call_id))
-            except OSError:
-                self._worker_died()
+            self._slot.post(AbortMsg(self.call_id))
         text = self.rejection or reason or f"{self.tool}: the call was aborted"
         return self._conclude(text, True, None, None)
 
@@ -153,25 +193,28 @@ class ToolCall:
             self._reject(self._slot.death)
             return
         now = time.monotonic()
+        failure = self._slot.post(msg)
+        if failure is not None:
+            self._mark_dead(failure)
+            return
         if not self._pending:
             self._busy_since = now
         self._pending.append(now)
-        try:
-            self._slot.worker.conn.send(msg)
-        except OSError:
-            self._worker_died()
 
     def _drain(self, until: float | None, stop: Callable[[], bool] | None = None) -> None:
-        conn = self._slot.worker.conn
+        channel = self._slot.worker.channel
         while not self._slot.is_dead and not (stop and stop()):
             deadline = self._deadline()
             limits = [x for x in (until, deadline) if x is not None]
             timeout = max(0.0, min(limits) - time.monotonic()) if limits else None
             try:
-                ready = conn.poll(timeout)
-                msg = conn.recv() if ready else None
+                msg = channel.recv(expected=CALL_REPLIES) if channel.poll(timeout) else None
             except (EOFError, OSError):
-                self._worker_died()
+                self._mark_dead(self._slot.died())
+                break
+            except WireError as exc:
+                self._mark_dead(f"{self.tool}: the tool process broke the wire protocol ({exc}); "
+                                "it was stopped and its session state is lost")
                 break
             if msg is not None:
                 self._receive(msg)
@@ -187,9 +230,14 @@ class ToolCall:
             return None
         return self._busy_since + self._max_wall
 
-    def _receive(self, msg: Any) -> None:
-        if getattr(msg, "call_id", None) != self.call_id:
-            return  # a late reply of an aborted earlier call
+    def _receive(self, msg: Fed | Finished) -> None:
+        if msg.call_id != self.call_id and 0 <= msg.call_id < self._slot.next_call:
+            return  # a reply for another call of this worker (a late one of an aborted call)
+        if (msg.call_id != self.call_id or not self._pending
+                or (isinstance(msg, Fed) and not 0 <= msg.index < self.num_fed)):
+            self._mark_dead(f"{self.tool}: the tool process sent a reply nobody asked for; it was "
+                            "stopped and its session state is lost")
+            return
         if self._pending:
             self._pending.popleft()
             now = time.monotonic()
@@ -208,20 +256,13 @@ class ToolCall:
             self.rejection, self.rejected_at = message, index
 
     def _time_out(self) -> None:
-        self._slot.worker.kill()
         self._mark_dead(
             f"{self.tool}: wall-time limit of {self._max_wall} s exceeded; the tool process was "
             "stopped and its session state is lost"
         )
 
-    def _worker_died(self) -> None:
-        log = _tail(self._slot.workdir / ".worker.log")
-        detail = f"; its last output:\n{log}" if log else ""
-        self._mark_dead(f"{self.tool}: the tool process died unexpectedly{detail}")
-
     def _mark_dead(self, message: str) -> None:
-        if not self._slot.is_dead:
-            self._slot.is_dead, self._slot.death = True, message
+        self._slot.kill(message)
         self._pending.clear()
         self._reject(message, self.num_fed - 1 if self.num_fed else None)
 
@@ -253,8 +294,7 @@ class ToolRuntime:
         slot = self._slot(name, session)
         call = ToolCall(slot, slot.next_call, self.lazy if lazy is None else lazy)
         slot.next_call += 1
-        if not slot.is_dead:
-            slot.worker.conn.send(StartMsg(call.call_id, call.lazy))
+        slot.post(StartMsg(call.call_id, call.lazy))
         return call
 
     def run(
@@ -328,15 +368,21 @@ class ToolRuntime:
     def _open(self, tool: Tool) -> _Slot:
         workdir = Path(tempfile.mkdtemp(prefix=f"agentrt-{tool.name}-"))
         in_process = tool.isolation == "process"
-        worker = self._template_process().fork() if in_process else ThreadWorker()
+        worker = self._template_process().fork(tool) if in_process else ThreadWorker(tool)
         slot = _Slot(tool, worker, workdir, None)
-        worker.conn.send(OpenMsg(tool, str(workdir), in_process))
+        env = {name: os.environ[name] for name in tool.sandbox.env if name in os.environ}
+        if slot.post(OpenMsg(str(workdir), in_process, env)) is not None:
+            return slot
         try:
-            opened: Opened = worker.conn.recv()
+            opened: Opened = worker.channel.recv(deadline=time.monotonic() + OPEN_TIMEOUT_S)
         except (EOFError, OSError):
-            opened = Opened(None, f"{tool.name}: the tool process died while starting")
+            opened = Opened(None, slot.died().replace("died unexpectedly", "died while starting"))
+        except WireError as exc:
+            opened = Opened(None, f"{tool.name}: the tool process did not open its session ({exc})")
+        if not isinstance(opened, Opened):
+            opened = Opened(None, f"{tool.name}: the tool process answered out of turn")
         if opened.error:
-            slot.is_dead, slot.death = True, opened.error
+            slot.kill(opened.error)
         slot.report = opened.report
         return slot
 
@@ -350,17 +396,5 @@ class ToolRuntime:
         return self._template
 
     def _close_slot(self, slot: _Slot) -> None:
-        try:
-            if not slot.is_dead:
-                slot.worker.conn.send(CloseMsg())
-        except OSError:
-            pass
         slot.worker.close()
         shutil.rmtree(slot.workdir, ignore_errors=True)
-
-
-def _tail(path: Path, max_chars: int = 2000) -> str:
-    try:
-        return path.read_text(errors="replace")[-max_chars:].strip()
-    except OSError:
-        return ""

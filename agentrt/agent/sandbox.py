@@ -3,16 +3,19 @@
 Applied inside the forked worker, after the tool opened its own resources (a database file, an
 index) and before any model-written input runs. Layers, strongest first (see docs/tools.md):
 
-1. kernel: a private network namespace (``unshare(CLONE_NEWNET)``, when permitted) and Landlock
+1. kernel: a private network namespace (``unshare(CLONE_NEWNET)``, when permitted), Landlock
    (file access limited to the Python installation, ``sys.path`` and the working folder; no
-   ``execve``; no TCP; no signals out of the sandbox), when the kernel has it;
+   ``execve``; no TCP; no signals out of the sandbox), when the kernel has it, and a seccomp
+   filter that refuses every new process (:mod:`agentrt.agent.seccomp`);
 2. resource limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` (per call), ``RLIMIT_FSIZE``,
    ``RLIMIT_CORE`` = 0, ``RLIMIT_NPROC`` = 0 (ignored for root);
 3. a ``sys.addaudithook`` hook that turns file access outside the folder, sockets, process
    spawning, ``ctypes`` calls, signals and limit changes into ``PermissionError`` with a clear
    message. Audit hooks are not a security boundary on their own (PEP 578); the kernel layers are.
 
-The caller enforces the wall-time limit by killing the worker (:mod:`agentrt.agent.runtime`).
+The worker's environment is rebuilt from an allow-list (:func:`worker_environment`) before any
+model-written input runs. The caller enforces the wall-time limit by killing the worker
+(:mod:`agentrt.agent.runtime`).
 """
 
 from __future__ import annotations
@@ -27,9 +30,22 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrt.agent import landlock
+from agentrt.agent import landlock, seccomp
 
-__all__ = ["ResourceLimitError", "SandboxConfig", "SandboxReport", "apply_sandbox", "begin_call"]
+__all__ = [
+    "BASE_ENV",
+    "ResourceLimitError",
+    "SandboxConfig",
+    "SandboxReport",
+    "apply_sandbox",
+    "begin_call",
+    "worker_environment",
+]
+
+#: the caller's variables every worker keeps (locale and search path only: no secrets)
+BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "TZ")
+#: set in every worker: native libraries stay single-threaded
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 _CLONE_NEWNET = 0x40000000
 _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime", "/dev/null",
@@ -84,13 +100,25 @@ class SandboxConfig:
     deny_network: bool = True
     #: deny fork / exec / subprocess / signals to other processes
     deny_spawn: bool = True
-    #: use the kernel layers (network namespace, Landlock) where available
+    #: use the kernel layers (network namespace, Landlock, seccomp) where available
     use_kernel: bool = True
+    #: names of the caller's environment variables the tool may see (e.g. ``("MY_API_KEY",)``);
+    #: a worker otherwise sees only :data:`BASE_ENV`, ``HOME`` and ``TMPDIR`` in its folder
+    env: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.env, str) or not all(isinstance(n, str) and n for n in self.env):
+            raise TypeError(
+                f"SandboxConfig.env must be a tuple of variable names, got {self.env!r}"
+            )
 
     @classmethod
     def off(cls) -> SandboxConfig:
         """No isolation beyond the process itself (trusted tools, e.g. LangChain ones)."""
-        return cls(None, None, None, None, False, (), (), False, False, False)
+        return cls(
+            max_wall_s=None, max_cpu_s=None, max_memory_mb=None, max_file_mb=None,
+            confine_files=False, deny_network=False, deny_spawn=False, use_kernel=False,
+        )
 
     @property
     def is_off(self) -> bool:
@@ -103,6 +131,8 @@ class SandboxReport:
 
     landlock_abi: int = 0
     network_namespace: bool = False
+    #: the seccomp filter that refuses new processes is installed
+    seccomp: bool = False
     audit_hook: bool = False
     rlimits: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -119,10 +149,25 @@ def apply_sandbox(config: SandboxConfig, workdir: Path) -> SandboxReport:
     abi = 0
     if config.use_kernel and (config.confine_files or config.deny_network):
         abi = _landlock(config, workdir, notes)
+    no_spawn = config.deny_spawn and config.use_kernel and _seccomp(notes)
     hook = not config.is_off
     if hook:
         _install_audit_hook(config, _read_roots(config, workdir), _write_roots(config, workdir))
-    return SandboxReport(abi, netns, hook, rlimits, tuple(notes))
+    return SandboxReport(abi, netns, no_spawn, hook, rlimits, tuple(notes))
+
+
+def worker_environment(workdir: Path, passed: dict[str, str]) -> dict[str, str]:
+    """The whole environment a worker runs model-written input with.
+
+    :data:`BASE_ENV` from this process, :data:`THREAD_ENV`, ``HOME`` = the working folder,
+    ``TMPDIR`` in it, and ``passed`` (the variables the tool's ``SandboxConfig.env`` names, read
+    from the caller's environment by the caller). Nothing else of the caller's reaches tool code.
+    """
+    env = {name: os.environ[name] for name in BASE_ENV if name in os.environ}
+    env.update(THREAD_ENV)
+    env.update(HOME=str(workdir), TMPDIR=str(workdir / "tmp"), PYTHONDONTWRITEBYTECODE="1")
+    env.update(passed)
+    return env
 
 
 def begin_call(config: SandboxConfig) -> None:
@@ -200,6 +245,16 @@ def _landlock(config: SandboxConfig, workdir: Path, notes: list[str]) -> int:
     if abi == 0:
         notes.append("landlock unavailable in this kernel")
     return abi
+
+
+def _seccomp(notes: list[str]) -> bool:
+    try:
+        if seccomp.deny_spawn():
+            return True
+        notes.append("no seccomp filter for this architecture")
+    except OSError as exc:
+        notes.append(f"seccomp refused: {exc}")
+    return False
 
 
 def _read_roots(config: SandboxConfig, workdir: Path) -> tuple[str, ...]:

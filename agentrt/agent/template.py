@@ -3,12 +3,17 @@
 Forking the caller itself is unsafe (the engine holds threads and GPU state), and starting a fresh
 interpreter per tool call is slow. So the runtime starts one clean interpreter — the *template* —
 that imports the tools' modules and any configured preload modules once, then ``fork``\\ s a worker
-per tool session on request: the worker starts with everything already imported [Conveyor]. The
-caller hands the template one end of a fresh socket pair (``SCM_RIGHTS``); the forked worker runs
-:func:`agentrt.agent.worker.serve` on it and becomes its own session leader. The template lives as
-long as its control socket; workers exit when their connection closes, and are killed when the
-template exits (``PR_SET_PDEATHSIG``; not used for the template itself: it would fire when the
-caller *thread* that started it exits).
+per tool session on request: the worker starts with everything already imported [Conveyor].
+
+The template is started with an allow-listed environment (:data:`TEMPLATE_ENV`), never the
+caller's whole one. On its control socket the caller hands it, per worker, one end of a fresh
+socket pair and the write end of an unlinked log file (``SCM_RIGHTS``) and the pickled tool; the
+forked child unpickles the tool (the only pickle anywhere, and it flows caller → worker), becomes
+the leader of a new process group with the log as its fds 1 and 2, and runs
+:func:`agentrt.agent.worker.serve` on the socket, a data-only JSON wire. Workers exit when their
+connection closes and are killed when the template exits (``PR_SET_PDEATHSIG``; not used for the
+template itself: it would fire when the caller *thread* that started it exits). The caller reads
+the log only through its own descriptor, at most :data:`LOG_TAIL_BYTES` from the end.
 """
 
 from __future__ import annotations
@@ -16,21 +21,37 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import queue
+import pickle
+import select
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
-from multiprocessing.connection import Connection as MpConnection
-from typing import Any
+import time
+import traceback
+from typing import IO
 
-from agentrt.agent.worker import serve
+from agentrt.agent.plugin import Tool
+from agentrt.agent.sandbox import BASE_ENV, THREAD_ENV
+from agentrt.agent.wire import Channel, WireError
+from agentrt.agent.worker import REPLIES, REQUESTS, CloseMsg, serve
 
-__all__ = ["ProcessWorker", "TemplateProcess", "ThreadWorker", "main"]
+__all__ = ["LOG_TAIL_BYTES", "TEMPLATE_ENV", "ProcessWorker", "TemplateProcess", "ThreadWorker",
+           "main"]
+
+#: the caller's variables the template (and so a worker, until its session is open) starts with:
+#: :data:`~agentrt.agent.sandbox.BASE_ENV` plus what trusted tool code needs to find its caches
+TEMPLATE_ENV = (*BASE_ENV, "HOME", "XDG_CACHE_HOME", "AGENTRT_CACHE", "HF_HOME", "HF_HUB_CACHE",
+                "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "SENTENCE_TRANSFORMERS_HOME",
+                "LD_LIBRARY_PATH")
+#: how much of a dead worker's output the caller reads back
+LOG_TAIL_BYTES = 2000
 
 _PID = struct.Struct("q")
+_FORK = struct.Struct("cQ")  # b"F", length of the pickled tool that follows
 _PR_SET_PDEATHSIG = 1
 # NOTE: registers the `agentrt` package without running its __init__ (which loads the engine and
 # torch): the template and its workers only need agentrt.agent and the tools.
@@ -40,21 +61,32 @@ _BOOTSTRAP = (
     "sys.modules['agentrt'] = importlib.util.module_from_spec(spec); "
     "from agentrt.agent.template import main; main()"
 )
-_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class ProcessWorker:
     """Caller-side handle of a worker process forked from the template."""
 
-    def __init__(self, conn: MpConnection, pid: int) -> None:
-        self.conn, self.pid = conn, pid
+    def __init__(self, channel: Channel, pid: int, log: IO[bytes]) -> None:
+        self.channel, self.pid, self._log = channel, pid, log
         try:
             self._pidfd: int | None = os.pidfd_open(pid)  # kill by fd: immune to pid reuse
         except (OSError, AttributeError):
             self._pidfd = None
 
+    @property
+    def is_alive(self) -> bool:
+        if self._pidfd is None:
+            return False
+        return not select.select([self._pidfd], [], [], 0)[0]
+
     def kill(self) -> None:
-        """Stop the worker now (SIGKILL)."""
+        """Stop the worker and everything in its process group now (SIGKILL)."""
+        # NOTE: the group outlives its leader while any member is left; Linux reuses no pid
+        # that is still some group's id, so this cannot hit an unrelated process group.
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         try:
             if self._pidfd is not None:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
@@ -63,79 +95,69 @@ class ProcessWorker:
         except (ProcessLookupError, OSError):
             pass
 
-    def close(self) -> None:
-        """Close the connection (the worker exits) and release the handle."""
-        self.conn.close()
+    def close(self, grace_s: float = 1.0) -> None:
+        """Ask the worker to close its session, wait ``grace_s`` at most, then kill its group."""
+        try:
+            self.channel.send(CloseMsg(), deadline=time.monotonic() + 0.1)
+        except (OSError, WireError):
+            pass
+        if self._pidfd is not None:
+            select.select([self._pidfd], [], [], grace_s)
+        self.kill()
+        self.channel.close()
+        self._log.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
 
-
-class _QueueConnection:
-    """One end of an in-process duplex channel with the Connection API."""
-
-    def __init__(self, inbox: queue.Queue, outbox: queue.Queue) -> None:
-        self._inbox, self._outbox = inbox, outbox
-        self._peeked: Any = None
-        self._has_peeked = False
-
-    def send(self, obj: Any) -> None:
-        self._outbox.put(obj)
-
-    def recv(self) -> Any:
-        if self._has_peeked:
-            self._has_peeked = False
-            obj = self._peeked
-        else:
-            obj = self._inbox.get()
-        if obj is EOFError:
-            raise EOFError("channel closed")
-        return obj
-
-    def poll(self, timeout: float | None = 0.0) -> bool:
-        if self._has_peeked:
-            return True
+    def tail(self) -> str:
+        """The end of what the worker wrote to its fds 1 and 2 (bounded, never through a path)."""
         try:
-            if timeout is None:
-                self._peeked = self._inbox.get()
-            elif timeout > 0:
-                self._peeked = self._inbox.get(timeout=timeout)
-            else:
-                self._peeked = self._inbox.get_nowait()
-        except queue.Empty:
-            return False
-        self._has_peeked = True
-        return True
-
-    def close(self) -> None:
-        self._outbox.put(EOFError)
+            fd = self._log.fileno()
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, LOG_TAIL_BYTES, max(0, size - LOG_TAIL_BYTES))
+        except (OSError, ValueError):
+            return ""
+        return data.decode(errors="replace").strip()
 
 
 class ThreadWorker:
     """A worker in a daemon thread of the caller: no isolation, for trusted tools only."""
 
-    def __init__(self) -> None:
-        to_worker: queue.Queue = queue.Queue()
-        to_caller: queue.Queue = queue.Queue()
-        self.conn = _QueueConnection(to_caller, to_worker)
-        worker_end = _QueueConnection(to_worker, to_caller)
+    def __init__(self, tool: Tool) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.channel = Channel(ours, REPLIES)
         self.pid = os.getpid()
-        self._thread = threading.Thread(target=_serve_thread, args=(worker_end,), daemon=True)
+        self._thread = threading.Thread(
+            target=_serve_thread, args=(Channel(theirs, REQUESTS), tool), daemon=True
+        )
         self._thread.start()
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
 
     def kill(self) -> None:
         """A thread cannot be killed: it is abandoned (it ends when its current step does)."""
-        self.conn.close()
+        self.channel.close()
 
-    def close(self) -> None:
-        self.conn.close()
+    def close(self, grace_s: float = 1.0) -> None:
+        """Ask the worker to close its session and let the thread end."""
+        try:
+            self.channel.send(CloseMsg(), deadline=time.monotonic() + 0.1)
+        except (OSError, WireError):
+            pass
+        self.channel.close()
+
+    def tail(self) -> str:
+        return ""
 
 
-def _serve_thread(conn: _QueueConnection) -> None:
+def _serve_thread(channel: Channel, tool: Tool) -> None:
     try:
-        serve(conn)
+        serve(channel, tool)
     finally:
-        conn.close()
+        channel.close()
 
 
 class TemplateProcess:
@@ -150,7 +172,7 @@ class TemplateProcess:
             args += [str(child.fileno()), json.dumps(sys.path), *preload]
             self._proc = subprocess.Popen(
                 args, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
-                env={**os.environ, **_THREAD_ENV}, start_new_session=True,
+                env=template_environment(), start_new_session=True,
             )
         status = self._control.recv(1)
         if status != b"R":
@@ -158,14 +180,27 @@ class TemplateProcess:
             self.close()
             raise RuntimeError(f"the tool template process failed to start: {message}")
 
-    def fork(self) -> ProcessWorker:
-        """A new worker process with the preloaded modules already imported."""
+    def fork(self, tool: Tool) -> ProcessWorker:
+        """A new worker process for ``tool``, with the preloaded modules already imported.
+
+        Raises ``TypeError`` if the tool cannot be pickled (use ``isolation="thread"``).
+        """
+        try:
+            payload = pickle.dumps(tool)
+        except Exception as exc:
+            raise TypeError(
+                f"tool {tool.name!r} cannot be sent to a worker process ({exc}); give it "
+                "isolation='thread' to run it in the caller, unsandboxed"
+            ) from exc
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log = tempfile.TemporaryFile(prefix="agentrt-worker-", suffix=".log")
         with self._lock, theirs:
-            socket.send_fds(self._control, [b"F"], [theirs.fileno()])
+            header = _FORK.pack(b"F", len(payload))
+            socket.send_fds(self._control, [header], [theirs.fileno(), log.fileno()])
+            self._control.sendall(payload)
             data = _recv_exact(self._control, _PID.size)
         (pid,) = _PID.unpack(data)
-        return ProcessWorker(MpConnection(ours.detach()), pid)
+        return ProcessWorker(Channel(ours, REPLIES), pid, log)
 
     @property
     def is_alive(self) -> bool:
@@ -179,6 +214,13 @@ class TemplateProcess:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+
+
+def template_environment() -> dict[str, str]:
+    """The template's whole environment: :data:`TEMPLATE_ENV` from this process + THREAD_ENV."""
+    env = {name: os.environ[name] for name in TEMPLATE_ENV if name in os.environ}
+    env.update(THREAD_ENV)
+    return env
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes:
@@ -211,15 +253,18 @@ def main() -> None:
     control.sendall(b"R")
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(control, 1, 1)
-        except OSError:
-            return
-        if not msg:
+            msg, fds, _, _ = socket.recv_fds(control, _FORK.size, 2)
+            if not msg:
+                return
+            msg += _recv_exact(control, _FORK.size - len(msg))
+            payload = _recv_exact(control, _FORK.unpack(msg)[1])
+        except (OSError, RuntimeError):
             return
         pid = os.fork()
         if pid == 0:
-            _run_worker(control, fds[0])
-        os.close(fds[0])
+            _run_worker(control, fds[0], fds[1], payload)
+        for fd in fds:
+            os.close(fd)
         control.sendall(_PID.pack(pid))
 
 
@@ -233,14 +278,21 @@ def _die_with_parent() -> None:
         pass
 
 
-def _run_worker(control: socket.socket, fd: int) -> None:
+def _run_worker(control: socket.socket, sock_fd: int, log_fd: int, payload: bytes) -> None:
     control.close()
+    os.setsid()  # its own process group: closing the session kills the whole group
     _die_with_parent()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     code = 0
     try:
-        serve(MpConnection(fd))
+        tool = pickle.loads(payload)  # from the caller, before any model-written input
+        serve(Channel(socket.socket(fileno=sock_fd), REQUESTS), tool)
     except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
         code = 1
     finally:
         os._exit(code)

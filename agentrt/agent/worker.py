@@ -1,11 +1,14 @@
 """The tool worker: the loop that runs one tool session, in a forked process or a thread.
 
-The caller talks to it over a duplex connection with the messages below; every ``FeedMsg`` gets a
-``Fed`` reply (with the worker-side timestamps) and every ``FinishMsg`` a ``Finished`` reply, so the
-caller can tell how far the tool got. Before each piece the worker peeks at its inbox and skips the
-piece if the call was aborted meanwhile. A failing piece marks the call rejected; later pieces of
-that call are skipped. In a process, signals turn into exceptions only while tool code runs:
-SIGXCPU (the CPU-time limit) into :class:`~agentrt.agent.sandbox.ResourceLimitError`.
+The caller talks to it over the data-only wire (:mod:`agentrt.agent.wire`) with the messages
+below: JSON in both directions, each side decoding only the messages it expects. The tool itself
+never crosses this wire: a process worker receives it from the template at fork, a thread worker
+as an argument. Every ``FeedMsg`` gets a ``Fed`` reply (with the worker-side timestamps) and every
+``FinishMsg`` a ``Finished`` reply, so the caller can tell how far the tool got. Before each piece
+the worker peeks at its inbox and skips the piece if the call was aborted meanwhile. A failing
+piece marks the call rejected; later pieces of that call are skipped. In a process, signals turn
+into exceptions only while tool code runs: SIGXCPU (the CPU-time limit) into
+:class:`~agentrt.agent.sandbox.ResourceLimitError`.
 """
 
 from __future__ import annotations
@@ -16,18 +19,27 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 from agentrt.agent.parsers.base import Piece
 from agentrt.agent.plugin import Invocation, LazyInvocation, Tool, ToolCallError, ToolSession
-from agentrt.agent.sandbox import ResourceLimitError, SandboxReport, apply_sandbox, begin_call
+from agentrt.agent.sandbox import (
+    ResourceLimitError,
+    SandboxReport,
+    apply_sandbox,
+    begin_call,
+    worker_environment,
+)
+from agentrt.agent.wire import MAX_FRAME_BYTES, Channel
 
 __all__ = [
+    "CALL_REPLIES",
+    "REPLIES",
+    "REQUESTS",
     "AbortMsg",
     "CloseMsg",
-    "Connection",
     "Fed",
     "FeedMsg",
     "FinishMsg",
@@ -38,30 +50,30 @@ __all__ = [
     "serve",
 ]
 
-
-class Connection(Protocol):
-    """The duplex channel between caller and worker (a multiprocessing Connection or a twin)."""
-
-    def send(self, obj: Any) -> None: ...
-    def recv(self) -> Any: ...
-    def poll(self, timeout: float | None = 0.0) -> bool: ...
+#: longest observation or error text a worker sends (the rest is cut, with a note)
+MAX_TEXT_CHARS = MAX_FRAME_BYTES // 16
 
 
 @dataclass(frozen=True)
 class OpenMsg:
-    tool: Tool
+    """Open the tool's session in ``workdir``; ``env``: the variables the tool may see."""
+
+    tag: ClassVar[str] = "open"
     workdir: str
     in_process: bool
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class StartMsg:
+    tag: ClassVar[str] = "start"
     call_id: int
     lazy: bool
 
 
 @dataclass(frozen=True)
 class FeedMsg:
+    tag: ClassVar[str] = "feed"
     call_id: int
     index: int
     piece: Piece
@@ -69,27 +81,31 @@ class FeedMsg:
 
 @dataclass(frozen=True)
 class FinishMsg:
+    tag: ClassVar[str] = "finish"
     call_id: int
 
 
 @dataclass(frozen=True)
 class AbortMsg:
+    tag: ClassVar[str] = "abort"
     call_id: int
 
 
 @dataclass(frozen=True)
 class CloseMsg:
-    pass
+    tag: ClassVar[str] = "close"
 
 
 @dataclass(frozen=True)
 class Opened:
+    tag: ClassVar[str] = "opened"
     report: SandboxReport | None
     error: str | None = None
 
 
 @dataclass(frozen=True)
 class Fed:
+    tag: ClassVar[str] = "fed"
     call_id: int
     index: int
     started: float
@@ -99,11 +115,21 @@ class Fed:
 
 @dataclass(frozen=True)
 class Finished:
+    tag: ClassVar[str] = "finished"
     call_id: int
     text: str
     is_error: bool
     started: float
     ended: float
+
+
+#: what a worker accepts from its caller, and what the caller accepts from a worker
+REQUESTS: dict[str, type] = {
+    m.tag: m for m in (OpenMsg, StartMsg, FeedMsg, FinishMsg, AbortMsg, CloseMsg)
+}
+REPLIES: dict[str, type] = {m.tag: m for m in (Opened, Fed, Finished)}
+#: what the caller accepts once the session is open
+CALL_REPLIES: dict[str, type] = {m.tag: m for m in (Fed, Finished)}
 
 
 _busy = threading.local()
@@ -115,34 +141,40 @@ def _on_cpu_limit(signum: int, frame: Any) -> None:
 
 
 class _Worker:
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
+    def __init__(self, channel: Channel, tool: Tool) -> None:
+        self.channel = channel
+        self.tool = tool
         self.inbox: deque[Any] = deque()
         self.session: ToolSession | None = None
-        self.tool: Tool | None = None
         self.call: Invocation | None = None
         self.call_id = -1
         self.failure: str | None = None
 
     def next_message(self) -> Any:
-        return self.inbox.popleft() if self.inbox else self.conn.recv()
+        return self.inbox.popleft() if self.inbox else self.channel.recv()
+
+    def send(self, msg: Any) -> None:
+        self.channel.send(msg)
 
     def open(self, msg: OpenMsg) -> Opened:
-        self.tool = msg.tool
         workdir = Path(msg.workdir)
         try:
             if msg.in_process:
-                _redirect_std_fds(workdir)
                 signal.signal(signal.SIGXCPU, _on_cpu_limit)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-            self.session = msg.tool.open_session(workdir)
-            report = apply_sandbox(msg.tool.sandbox, workdir) if msg.in_process else None
+                os.environ.update(msg.env)
+            self.session = self.tool.open_session(workdir)
+            if not msg.in_process:
+                return Opened(None)
+            (workdir / "tmp").mkdir(exist_ok=True)
+            _replace_environment(worker_environment(workdir, msg.env))
+            return Opened(apply_sandbox(self.tool.sandbox, workdir))
         except Exception as exc:  # the tool could not start: report, then exit
-            return Opened(None, f"{msg.tool.name}: could not open the tool: {_describe(exc)}")
-        return Opened(report)
+            return Opened(None, _bounded(f"{self._name()}: could not open the tool: "
+                                         f"{_describe(exc)}"))
 
     def start(self, msg: StartMsg) -> None:
-        assert self.session is not None and self.tool is not None
+        assert self.session is not None
         self.call_id, self.failure = msg.call_id, None
         if self.tool.isolation == "process":
             begin_call(self.tool.sandbox)
@@ -166,7 +198,7 @@ class _Worker:
             return Finished(msg.call_id, "the call was aborted", True, started, started)
         result: list[str] = []
         error = self.failure or self._run(lambda: result.append(call.finish()))
-        text = error if error is not None else result[0]
+        text = error if error is not None else _text(result[0])
         return Finished(msg.call_id, text, error is not None, started, time.monotonic())
 
     def abort(self, msg: AbortMsg) -> None:
@@ -175,8 +207,8 @@ class _Worker:
             self.call = None
 
     def _aborted(self, call_id: int) -> bool:
-        while self.conn.poll(0):
-            self.inbox.append(self.conn.recv())
+        while self.channel.poll(0):
+            self.inbox.append(self.channel.recv())
         return any(isinstance(m, AbortMsg) and m.call_id == call_id for m in self.inbox)
 
     def _run(self, fn: Any) -> str | None:
@@ -184,43 +216,42 @@ class _Worker:
         try:
             fn()
         except ToolCallError as exc:
-            return str(exc)
+            return _bounded(str(exc))
         except ResourceLimitError:
-            limit = self.tool.sandbox.max_cpu_s if self.tool else None
-            return f"{self._name()}: CPU time limit of {limit} s exceeded"
+            return f"{self._name()}: CPU time limit of {self.tool.sandbox.max_cpu_s} s exceeded"
         except BaseException as exc:  # a tool bug or a limit: never kill the worker loop
-            return f"{self._name()}: {_describe(exc)}"
+            return _bounded(f"{self._name()}: {_describe(exc)}")
         finally:
             _busy.value = False
         return None
 
     def _name(self) -> str:
-        return self.tool.name if self.tool else "tool"
+        return self.tool.name
 
 
-def serve(conn: Connection) -> None:
-    """Run the worker loop until the connection closes or a ``CloseMsg`` arrives."""
-    worker = _Worker(conn)
+def serve(channel: Channel, tool: Tool) -> None:
+    """Run ``tool``'s worker loop until the channel closes or a ``CloseMsg`` arrives."""
+    worker = _Worker(channel, tool)
     while True:
         try:
             msg = worker.next_message()
+            if isinstance(msg, CloseMsg):
+                break
+            if isinstance(msg, OpenMsg):
+                opened = worker.open(msg)
+                worker.send(opened)
+                if opened.error:
+                    break
+            elif isinstance(msg, StartMsg):
+                worker.start(msg)
+            elif isinstance(msg, FeedMsg):
+                worker.send(worker.feed(msg))
+            elif isinstance(msg, FinishMsg):
+                worker.send(worker.finish(msg))
+            elif isinstance(msg, AbortMsg):
+                worker.abort(msg)
         except (EOFError, OSError):
             break
-        if isinstance(msg, CloseMsg):
-            break
-        if isinstance(msg, OpenMsg):
-            opened = worker.open(msg)
-            conn.send(opened)
-            if opened.error:
-                break
-        elif isinstance(msg, StartMsg):
-            worker.start(msg)
-        elif isinstance(msg, FeedMsg):
-            conn.send(worker.feed(msg))
-        elif isinstance(msg, FinishMsg):
-            conn.send(worker.finish(msg))
-        elif isinstance(msg, AbortMsg):
-            worker.abort(msg)
     if worker.session is not None:
         try:
             worker.session.close()
@@ -228,12 +259,23 @@ def serve(conn: Connection) -> None:
             pass
 
 
-def _redirect_std_fds(workdir: Path) -> None:
-    """Send what C code writes to fds 1 and 2 into a log file the caller can show on a crash."""
-    fd = os.open(workdir / ".worker.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+def _replace_environment(env: dict[str, str]) -> None:
+    """Make ``env`` the whole environment of this process (``os.environ`` and the C one)."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        return _bounded(f"the tool returned {type(value).__name__}, not str: {value!r}")
+    return _bounded(value)
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    cut = len(text) - MAX_TEXT_CHARS
+    return f"{text[:MAX_TEXT_CHARS]}\n[... {cut} more characters cut]"
 
 
 def _describe(exc: BaseException) -> str:

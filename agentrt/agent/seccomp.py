@@ -1,0 +1,117 @@
+"""A seccomp filter that leaves a tool worker no way to start another process.
+
+The audit hook in :mod:`agentrt.agent.sandbox` stops ``os.fork`` and friends, but plain Python can
+reach the raw primitives (``_posixsubprocess.fork_exec``, a ``preexec_fn``), and native code
+ignores audit hooks altogether. This filter is checked by the kernel on every system call of the
+worker and of all its threads, for good:
+
+- ``fork``, ``vfork``, ``execve``, ``execveat``: refused with ``EPERM``;
+- ``clone``: allowed only with ``CLONE_THREAD`` (a new thread of this process), else ``EPERM``;
+- ``clone3``: ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; the C library
+  then falls back to ``clone``, which the rule above checks);
+- a system call of another ABI (x32, or 32-bit calls on x86-64): ``EPERM``.
+
+Everything else is allowed: files, network and signals are Landlock's and the namespace's job.
+x86-64 and aarch64 are supported; elsewhere :func:`deny_spawn` is a no-op that returns False.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import struct
+
+__all__ = ["deny_spawn", "is_supported"]
+
+_PR_SET_NO_NEW_PRIVS = 38
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_TSYNC = 1
+_CLONE_THREAD = 0x00010000
+
+# classic BPF opcodes
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+# offsets in struct seccomp_data
+_NR, _ARCH, _ARG0_LOW = 0, 4, 16
+_X32_BIT = 0x40000000
+
+
+class _Abi:
+    def __init__(self, arch: int, seccomp: int, clone: int, clone3: int,
+                 denied: tuple[int, ...], x32: bool) -> None:
+        self.arch, self.seccomp, self.clone, self.clone3 = arch, seccomp, clone, clone3
+        self.denied, self.x32 = denied, x32
+
+
+_ABIS = {
+    # AUDIT_ARCH_X86_64; seccomp=317; clone=56, clone3=435; fork=57, vfork=58, execve=59,
+    # execveat=322
+    "x86_64": _Abi(0xC000003E, 317, 56, 435, (57, 58, 59, 322), True),
+    # AUDIT_ARCH_AARCH64; seccomp=277; clone=220, clone3=435; execve=221, execveat=281
+    "aarch64": _Abi(0xC00000B7, 277, 220, 435, (221, 281), False),
+}
+
+
+def is_supported() -> bool:
+    """Whether this machine's architecture has a filter here."""
+    return platform.machine() in _ABIS
+
+
+def _program(abi: _Abi) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions; jumps are relative to the next one."""
+    eperm = _RET_ERRNO | errno.EPERM
+    prog = [
+        (_LD_W_ABS, 0, 0, _ARCH),
+        (_JEQ_K, 1, 0, abi.arch),
+        (_RET_K, 0, 0, eperm),
+        (_LD_W_ABS, 0, 0, _NR),
+    ]
+    if abi.x32:
+        prog += [(_JGE_K, 0, 1, _X32_BIT), (_RET_K, 0, 0, eperm)]
+    for nr in abi.denied:
+        prog += [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, eperm)]
+    prog += [(_JEQ_K, 0, 1, abi.clone3), (_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
+    prog += [
+        (_JEQ_K, 0, 4, abi.clone),
+        (_LD_W_ABS, 0, 0, _ARG0_LOW),  # clone's flags (low 32 bits)
+        (_JSET_K, 0, 1, _CLONE_THREAD),
+        (_RET_K, 0, 0, _RET_ALLOW),
+        (_RET_K, 0, 0, eperm),
+        (_RET_K, 0, 0, _RET_ALLOW),
+    ]
+    return prog
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def deny_spawn() -> bool:
+    """Install the filter on every thread of this process, for good; False if unsupported.
+
+    Raises ``OSError`` if the kernel refuses the filter.
+    """
+    abi = _ABIS.get(platform.machine())
+    if abi is None:
+        return False
+    prog = _program(abi)
+    code = b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+    buffer = ctypes.create_string_buffer(code, len(code))
+    fprog = _SockFprog(len(prog), ctypes.cast(buffer, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        _raise(ctypes.get_errno())
+    result = libc.syscall(
+        ctypes.c_long(abi.seccomp), ctypes.c_long(_SECCOMP_SET_MODE_FILTER),
+        ctypes.c_long(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog),
+    )
+    if result != 0:
+        _raise(ctypes.get_errno() or errno.EINVAL)
+    return True
+
+
+def _raise(code: int) -> None:
+    raise OSError(code, f"seccomp: {errno.errorcode.get(code, code)}")
