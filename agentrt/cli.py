@@ -1,14 +1,16 @@
-"""The ``agentrt`` command line: ``agentrt run "prompt"``, ``agentrt chat``, ``agentrt serve``.
+"""The ``agentrt`` command line: ``agentrt run "prompt"``, ``agentrt chat``, ``agentrt serve``,
+``agentrt models``.
 
-All run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model`` names a
-local Hugging Face folder or a .gguf file; nothing is downloaded. ``serve`` imports the
-server (the ``[server]`` extra) only when it runs.
+All run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model`` names a .gguf
+file, a Hugging Face folder, a hub id in the local Hugging Face cache or ``ollama:NAME[:TAG]``;
+nothing is downloaded. ``serve`` imports the server (the ``[server]`` extra) only when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -19,8 +21,10 @@ __all__ = ["main"]
 def _add_model_group(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None,
-                   help="local Hugging Face model folder or .gguf file "
-                        "(default: the embedded SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
+                   help="a .gguf file, a Hugging Face model folder, a hub id already in the "
+                        "local Hugging Face cache (org/name[:QUANT]) or ollama:NAME[:TAG]; "
+                        "`agentrt models` lists what is here (default: the embedded "
+                        "SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weight and KV-cache dtype (default: auto = float32 on CPU)")
     g.add_argument("--quantization", default="none", choices=["none", "int8", "int4"],
@@ -170,6 +174,37 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="size of the KV-cache pool shared by all requests (default 1.0)")
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    """List the models on this machine that --model can name: the embedded default, Ollama's
+    store ($OLLAMA_MODELS or ~/.ollama/models) and the Hugging Face cache ($HF_HUB_CACHE, or
+    $HF_HOME/hub, or ~/.cache/huggingface/hub). Reads file headers only; downloads nothing."""
+    from agentrt.models.sources import list_local_models
+
+    found = list_local_models()
+    if args.json:
+        rows = [{**vars(m), "path": str(m.path)} for m in found]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not found:
+        print("no models found (see `agentrt models --help` for where agentrt looks)")
+        return 0
+    header = ("NAME", "ARCHITECTURE", "FORMAT", "SIZE", "SOURCE")
+    rows = [(m.name, m.architecture or "?", m.format or "?", _size(m.size_bytes), m.source)
+            for m in found]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _size(num_bytes: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if num_bytes < 1000 or unit == "GB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1000
+    return ""  # pragma: no cover
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -186,6 +221,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "run": (cmd_run, "answer one prompt on the local engine and stream the reply"),
     "chat": (cmd_chat, "chat interactively with the local engine"),
     "serve": (cmd_serve, "serve an OpenAI-compatible HTTP API on the local engine"),
+    "models": (cmd_models, "list the models on this machine (embedded, Ollama, HF cache)"),
 }
 
 
@@ -197,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='examples:\n  agentrt run "What is the capital of France?"\n'
                "  agentrt chat --system 'You are terse.'\n"
                "  agentrt run --model ./my-qwen2-folder --max-tokens 64 'Hello'\n"
+               "  agentrt models              # what --model can name on this machine\n"
                "  agentrt serve --port 8000   # OpenAI-compatible API at /v1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -213,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                            description=inspect.cleandoc(cmd_serve.__doc__ or ""),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_serve_args(serve)
+    models = sub.add_parser("models", help=COMMANDS["models"][1],
+                            description=inspect.cleandoc(cmd_models.__doc__ or ""))
+    models.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "default_model"]
+__all__ = ["cache_dir", "default_model", "hf_hub_cache", "ollama_models_dirs"]
 
 
 def cache_dir() -> Path:
@@ -24,3 +24,22 @@ def cache_dir() -> Path:
 def default_model() -> str | None:
     """``$AGENTRT_MODEL``: a model folder or name to use instead of the embedded default."""
     return os.environ.get("AGENTRT_MODEL") or None
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache, as huggingface_hub finds it: ``$HF_HUB_CACHE``, else
+    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (read at call time)."""
+    explicit = os.environ.get("HF_HUB_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def ollama_models_dirs() -> list[Path]:
+    """Where Ollama keeps models: ``$OLLAMA_MODELS`` alone when set, else ``~/.ollama/models``
+    and the Linux service's ``/usr/share/ollama/.ollama/models``."""
+    explicit = os.environ.get("OLLAMA_MODELS")
+    if explicit:
+        return [Path(explicit).expanduser()]
+    return [Path.home() / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]

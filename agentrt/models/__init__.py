@@ -15,17 +15,21 @@ import torch
 from agentrt.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
 from agentrt.models.files import DEFAULT_MODEL, ModelNotFoundError, resolve_model
 from agentrt.models.llama import LlamaModel
+from agentrt.models.sources import LocalModel, list_local_models, locate
 
 __all__ = [
     "DEFAULT_MODEL",
     "SUPPORTED_ARCHITECTURES",
     "LlamaModel",
     "LoadedModel",
+    "LocalModel",
     "ModelConfig",
     "ModelNotFoundError",
     "UnsupportedModelError",
+    "list_local_models",
     "load_model",
     "load_tokenizer",
+    "locate",
     "resolve_model",
 ]
 

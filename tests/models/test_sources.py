@@ -1,0 +1,150 @@
+"""Finding models where users keep them: paths, a fake Hugging Face cache, a fake Ollama store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentrt.cli import main
+from agentrt.models.sources import DEFAULT_MODEL, ModelNotFoundError, list_local_models, locate
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def write_gguf(path: Path, arch: str = "qwen2") -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def hf_snapshot(cache: Path, repo_id: str) -> Path:
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    return snapshot
+
+
+def ollama_model(models: Path, manifest_parts: tuple[str, ...], blob_source: Path) -> Path:
+    data = blob_source.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    (models / "blobs").mkdir(parents=True, exist_ok=True)
+    blob = models / "blobs" / f"sha256-{digest}"
+    blob.write_bytes(data)
+    manifest = models.joinpath("manifests", *manifest_parts)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"},
+    ]}))
+    return blob
+
+
+@pytest.fixture()
+def stores(tmp_path, monkeypatch):
+    """An empty HF cache and Ollama store, and $AGENTRT_MODEL unset."""
+    cache, models = tmp_path / "hf" / "hub", tmp_path / "ollama"
+    cache.mkdir(parents=True)
+    models.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("OLLAMA_MODELS", str(models))
+    monkeypatch.delenv("AGENTRT_MODEL", raising=False)
+    return cache, models
+
+
+def test_paths_resolve_to_themselves(stores, tmp_path):
+    gguf_file = write_gguf(tmp_path / "m.gguf")
+    assert locate(gguf_file) == (gguf_file, "path")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    assert locate(str(folder)) == (folder, "path")
+
+
+def test_a_hub_id_resolves_from_the_cache_offline(stores):
+    cache, _ = stores
+    snapshot = hf_snapshot(cache, "org/tiny")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert locate("org/tiny") == (snapshot, "huggingface")
+
+
+def test_a_gguf_repository_takes_a_quantization_pick(stores):
+    cache, _ = stores
+    snapshot = hf_snapshot(cache, "org/tiny-GGUF")
+    q4 = write_gguf(snapshot / "tiny-q4_k_m.gguf")
+    write_gguf(snapshot / "tiny-q8_0.gguf")
+    assert locate("org/tiny-GGUF:Q4_K_M") == (q4, "huggingface")
+    assert locate("org/tiny-GGUF:tiny-q4_k_m.gguf") == (q4, "huggingface")
+    with pytest.raises(ModelNotFoundError, match=r"org/tiny-GGUF:tiny-q8_0\.gguf"):
+        locate("org/tiny-GGUF")  # two files: the error lists the choices
+
+
+def test_an_ollama_name_resolves_to_the_manifest_s_blob(stores, tmp_path):
+    _, models = stores
+    source = write_gguf(tmp_path / "src.gguf", arch="llama")
+    blob = ollama_model(models, ("registry.ollama.ai", "library", "tiny", "latest"), source)
+    tagged = ollama_model(models, ("registry.ollama.ai", "me", "tiny", "q8"), source)
+    assert locate("ollama:tiny") == (blob, "ollama")
+    assert locate("ollama:tiny:latest") == (blob, "ollama")
+    assert locate("ollama:me/tiny:q8") == (tagged, "ollama")
+
+
+def test_misses_say_where_they_looked(stores):
+    cache, models = stores
+    with pytest.raises(ModelNotFoundError) as hub:
+        locate("org/absent")
+    assert str(cache) in str(hub.value) and "nothing is downloaded" in str(hub.value)
+    with pytest.raises(ModelNotFoundError) as ollama:
+        locate("ollama:absent:7b")
+    expected = models / "manifests" / "registry.ollama.ai" / "library" / "absent" / "7b"
+    assert str(expected) in str(ollama.value)
+
+
+@pytest.mark.parametrize("name", ["ollama:../../etc/passwd", "ollama:a/b/c/d", "ollama:x:../y",
+                                  "ollama:"])
+def test_ollama_names_cannot_walk_out_of_the_store(stores, name):
+    with pytest.raises(ModelNotFoundError, match="not an Ollama model name"):
+        locate(name)
+
+
+def test_a_manifest_with_a_bad_digest_is_refused(stores):
+    _, models = stores
+    manifest = models / "manifests" / "registry.ollama.ai" / "library" / "bad" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"layers": [
+        {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../../../x"}]}))
+    with pytest.raises(ModelNotFoundError, match="digest"):
+        locate("ollama:bad")
+
+
+def test_the_listing_shows_every_store(stores, tmp_path, capsys):
+    cache, models = stores
+    snapshot = hf_snapshot(cache, "org/tiny-GGUF")
+    write_gguf(snapshot / "tiny-q8_0.gguf", arch="qwen3")
+    ollama_model(models, ("registry.ollama.ai", "library", "tiny", "latest"),
+                 write_gguf(tmp_path / "src.gguf", arch="llama"))
+    found = {m.name: m for m in list_local_models()}
+    assert found["org/tiny-GGUF:tiny-q8_0.gguf"].architecture == "qwen3"
+    assert found["org/tiny-GGUF:tiny-q8_0.gguf"].format == "Q8_0"
+    assert found["ollama:tiny:latest"].source == "ollama"
+    assert found["ollama:tiny:latest"].architecture == "llama"
+    assert found[DEFAULT_MODEL].source == "embedded"
+    for name, model in found.items():
+        assert locate(name)[0] == model.path  # every listed name resolves to what was listed
+    assert main(["models"]) == 0
+    table = capsys.readouterr().out
+    assert "ollama:tiny:latest" in table and "qwen3" in table and "SOURCE" in table
+    assert main(["models", "--json"]) == 0
+    assert {row["name"] for row in json.loads(capsys.readouterr().out)} == set(found)
