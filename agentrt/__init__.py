@@ -5,14 +5,13 @@ answered with :class:`RequestOutput` (whole) or :class:`StreamDelta` (streamed).
 :func:`get_backend` gives the same agent runs another token source (an SGLang server).
 """
 
+from agentrt._version import __version__
 from agentrt.backends import Backend, get_backend
 from agentrt.config import EngineConfig
 from agentrt.core.request import Pause
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine import Engine, LLMEngine, RequestOutput, StreamDelta
 from agentrt.models import DEFAULT_MODEL, ModelNotFoundError, UnsupportedModelError
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):
@@ -25,10 +24,12 @@ def __getattr__(name: str):
         return graph.semantic_function if name == "semantic_function" else graph.compile
     if name == "Executor":
         try:
-            from langchain_agentrt.executor import Executor
+            import langchain_agentrt  # noqa: F401
         except ImportError as exc:
-            raise ImportError("agentrt.Executor needs LangChain: "
-                              "pip install 'agentrt[langchain]'") from exc
+            raise ImportError("agentrt.Executor is in the LangChain integration: "
+                              "pip install 'langchain-agentrt[executor]'") from exc
+        from langchain_agentrt.executor import Executor  # NOTE: names langchain-classic if missing
+
         return Executor
     raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
 

@@ -24,7 +24,7 @@ TOP_K = 3
 
 @pytest.fixture(scope="module")
 def index():
-    from llama_index.llms.agentrt.rag import faiss_vector_store_index
+    from llama_index.embeddings.agentrt import faiss_vector_store_index
 
     from agentrt_tools.rag import chunk_corpus
 
@@ -45,7 +45,7 @@ def calls(monkeypatch):
     """LLM calls made by LlamaIndex's sync ``query`` (``chat``) and by the lowered graph
     (``achat``), and query embeddings made on the async path (the graph's)."""
     from llama_index.llms.agentrt import AgentRT
-    from llama_index.llms.agentrt.rag import AgentRTEmbedding
+    from llama_index.embeddings.agentrt import AgentRTEmbedding
 
     counts = {"chat": 0, "achat": 0, "embed": 0}
 

@@ -14,7 +14,7 @@ pytest.importorskip("llama_index.core", reason="needs the [llamaindex] extra")
 
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
-from llama_index.llms.agentrt.rag import (  # noqa: E402
+from llama_index.embeddings.agentrt import (  # noqa: E402
     AgentRTEmbedding,
     faiss_vector_store_index,
 )

@@ -3,9 +3,11 @@
 The C++ sources next to this file are built with the system's ``g++`` into
 ``$AGENTRT_CACHE/kernels/<hash>/`` (the hash covers the source, the flags and torch's
 OpenMP runtime path) and loaded with :mod:`ctypes`. The library links the libgomp that torch
-itself loaded, so the kernel's threads and torch's are one pool. A machine without a
-compiler or without AVX2 gets :class:`KernelUnavailable` with the reason, and callers fall
-back to their ``ref_*`` torch twin.
+itself loaded, so the kernel's threads and torch's are one pool. The sources ship inside the
+wheel as package data (CI checks that every one does). A machine without a source, a
+compiler or AVX2 gets :class:`KernelUnavailable` with the reason — and one
+:class:`KernelFallbackWarning` per process — and callers fall back to their ``ref_*`` torch
+twin.
 """
 
 from __future__ import annotations
@@ -15,39 +17,76 @@ import functools
 import hashlib
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import torch
 
 from agentrt import env
 
-__all__ = ["KernelUnavailable", "load_library"]
+__all__ = ["KERNELS", "KernelFallbackWarning", "KernelUnavailable", "load_library"]
 
 _SOURCES = Path(__file__).parent
+KERNELS = ("decode_ops", "quant_linear")
+"""The ``<name>.cpp`` sources next to this file."""
+_warned = False  # NOTE: one KernelFallbackWarning per process, whichever kernel failed first
 # -ffp-contract=off: a dequantized weight is d * q + mn in two roundings, like the reference
 _FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC",
           "-std=c++17"]
 
 
 class KernelUnavailable(RuntimeError):
-    """The CPU kernels cannot run here (no compiler, no AVX2, a failed build)."""
+    """The CPU kernels cannot run here (no source, no compiler, no AVX2, a failed build)."""
+
+
+class KernelFallbackWarning(RuntimeWarning):
+    """A CPU kernel is unavailable and its torch reference runs instead (slower, same math)."""
+
+
+def load_library(name: str) -> ctypes.CDLL:
+    """The compiled ``<name>.cpp`` (built on first use, then cached on disk and in process).
+
+    Raises:
+        KernelUnavailable: it cannot be built or loaded here (the reason is the message).
+    """
+    loaded = _load(name)
+    if isinstance(loaded, KernelUnavailable):
+        raise KernelUnavailable(str(loaded))
+    return loaded
 
 
 @functools.cache
-def load_library(name: str) -> ctypes.CDLL:
-    """The compiled ``<name>.cpp`` (built on first use, then cached on disk)."""
+def _load(name: str) -> ctypes.CDLL | KernelUnavailable:
+    """The library, or why not (a failure is cached too: one try, one warning)."""
+    global _warned
+    try:
+        return _build_and_open(name)
+    except KernelUnavailable as exc:
+        if not _warned:
+            _warned = True
+            warnings.warn(f"agentrt's CPU kernels are unavailable ({exc}); the torch reference "
+                          "runs instead", KernelFallbackWarning, stacklevel=4)
+        return exc
+
+
+def _build_and_open(name: str) -> ctypes.CDLL:
     if not _has_avx2():
         raise KernelUnavailable("this CPU has no AVX2/FMA")
     compiler = shutil.which("g++")
     if compiler is None:
         raise KernelUnavailable("no g++ on PATH to build agentrt's CPU kernels")
     source = _SOURCES / f"{name}.cpp"
+    if not source.is_file():
+        raise KernelUnavailable(f"{source} is missing (an install without the kernel sources)")
     gomp = _torch_gomp()
     digest = hashlib.sha256(source.read_bytes() + " ".join(_FLAGS + [gomp]).encode()).hexdigest()
     target = env.cache_dir() / "kernels" / digest[:16] / f"lib{name}.so"
     if not target.exists():
         _compile(compiler, source, target, gomp)
-    return ctypes.CDLL(str(target))
+    try:
+        return ctypes.CDLL(str(target))
+    except OSError as exc:
+        raise KernelUnavailable(f"loading {target} failed: {exc}") from exc
 
 
 def _compile(compiler: str, source: Path, target: Path, gomp: str) -> None:

@@ -15,33 +15,50 @@ the model writes the call (:mod:`langchain_agentrt.partial`).
 
 With any other model nothing routes through a session, and the Executor is exactly
 ``AgentExecutor``: drop-in means never worse.
+
+A tool that raises ends the run exactly as under ``AgentExecutor``: LangChain's own
+``BaseTool.handle_tool_error`` (``True`` / a string / a callable, for ``ToolException``) is
+respected as usual. Two opt-in additions: ``handle_tool_error`` on the Executor, the same
+three forms, turns any exception of a tool that leaves its own flag unset into an observation
+the model can react to; ``tool_timeout`` gives a tool that outlives it a timeout observation.
+Needs ``langchain-classic``: ``pip install 'langchain-agentrt[executor]'``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
-from langchain_classic.agents import AgentExecutor
 from langchain_core.agents import AgentAction, AgentStep
+from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
 from agentrt.session import SessionScope, SessionStats, agent_run, current_scope
 from langchain_agentrt.partial import partial_execution_for
 from langchain_agentrt.react import is_react_agent, react_grammar
 
+try:
+    from langchain_classic.agents import AgentExecutor
+except ImportError as exc:  # NOTE: ChatAgentRT needs only langchain-core; the Executor more
+    raise ImportError("agentrt.Executor needs langchain-classic (LangChain's AgentExecutor): "
+                      "pip install 'langchain-agentrt[executor]'") from exc
+
 __all__ = ["Executor"]
+
+ToolErrorHandler = bool | str | Callable[[Exception], str]
 
 
 class Executor(AgentExecutor):
-    """``AgentExecutor`` whose runs keep the model's KV across steps (see module docs).
+    """``AgentExecutor`` whose runs keep the model's KV across steps (see module docs)."""
 
-    One addition: a tool that raises or outlives ``tool_timeout`` gives the model an error
-    observation and the run goes on (``AgentExecutor`` would end the run with the exception).
-    """
+    handle_tool_error: ToolErrorHandler = False
+    """For tools whose own ``handle_tool_error`` is unset: ``False`` re-raises what the tool
+    raised (``AgentExecutor``'s behaviour); ``True`` makes the exception's message the
+    observation, a string replaces it, a callable maps the exception to it. Unlike the tool's
+    own flag (``ToolException`` only) it covers any ``Exception``."""
 
     tool_timeout: float | None = None
     """Seconds a tool may run before its step gets a timeout observation (None = no limit)."""
@@ -90,35 +107,62 @@ class Executor(AgentExecutor):
         try:
             if self.tool_timeout is None:
                 return super()._perform_agent_action(*args)
-            return self._run_with_timeout(super()._perform_agent_action, args)
-        except TimeoutError:
-            return _error_step(agent_action, f"the tool took longer than {self.tool_timeout}s")
-        except Exception as exc:  # noqa: BLE001 - a failing tool is the model's to handle
-            return _error_step(agent_action, f"{type(exc).__name__}: {exc}")
+            return self._run_with_timeout(super()._perform_agent_action, args, agent_action)
+        except Exception as exc:
+            step = self._error_step(name_to_tool_map, agent_action, exc)
+            if step is None:
+                raise
+            return step
 
     async def _aperform_agent_action(self, name_to_tool_map, color_mapping,
                                      agent_action: AgentAction, run_manager: Any = None
                                      ) -> AgentStep:
         _annotate(agent_action)
-        run = super()._aperform_agent_action(name_to_tool_map, color_mapping, agent_action,
-                                             run_manager)
+        run = asyncio.ensure_future(super()._aperform_agent_action(
+            name_to_tool_map, color_mapping, agent_action, run_manager))
         try:
-            return await asyncio.wait_for(run, self.tool_timeout)
-        except TimeoutError:
-            return _error_step(agent_action, f"the tool took longer than {self.tool_timeout}s")
-        except Exception as exc:  # noqa: BLE001 - a failing tool is the model's to handle
-            return _error_step(agent_action, f"{type(exc).__name__}: {exc}")
+            done, _ = await asyncio.wait({run}, timeout=self.tool_timeout)
+            if not done:
+                run.cancel()
+                return _timeout_step(agent_action, self.tool_timeout)
+            return run.result()
+        except Exception as exc:
+            step = self._error_step(name_to_tool_map, agent_action, exc)
+            if step is None:
+                raise
+            return step
 
+    def _error_step(self, name_to_tool_map: dict[str, BaseTool], action: AgentAction,
+                    exc: Exception) -> AgentStep | None:
+        """``exc`` as an observation under the Executor's ``handle_tool_error``; None = re-raise
+        (also when the tool has a flag of its own: LangChain has already applied it)."""
+        tool = name_to_tool_map.get(action.tool)
+        if not self.handle_tool_error or (tool is not None and tool.handle_tool_error):
+            return None
+        return AgentStep(action=action,
+                         observation=_tool_error_content(exc, self.handle_tool_error))
 
-    def _run_with_timeout(self, run: Any, args: tuple) -> AgentStep:
+    def _run_with_timeout(self, run: Any, args: tuple, action: AgentAction) -> AgentStep:
         pool = ThreadPoolExecutor(1, thread_name_prefix="agentrt-tool")
         future = pool.submit(contextvars.copy_context().run, run, *args)
         pool.shutdown(wait=False)  # NOTE: a timed-out tool thread finishes in the background
-        return future.result(timeout=self.tool_timeout)
+        done, _ = wait([future], timeout=self.tool_timeout)
+        if not done:
+            return _timeout_step(action, self.tool_timeout)
+        return future.result()  # NOTE: re-raises the tool's own exception, TimeoutError included
 
 
-def _error_step(action: AgentAction, message: str) -> AgentStep:
-    return AgentStep(action=action, observation=f"Error: {message}")
+def _timeout_step(action: AgentAction, seconds: float) -> AgentStep:
+    return AgentStep(action=action, observation=f"Error: the tool took longer than {seconds}s")
+
+
+def _tool_error_content(exc: Exception, flag: ToolErrorHandler) -> str:
+    """LangChain's reading of ``handle_tool_error`` (``langchain_core.tools``), for ``exc``."""
+    if isinstance(flag, bool):
+        return exc.args[0] if exc.args else "Tool execution error"
+    if isinstance(flag, str):
+        return flag
+    return flag(exc)
 
 
 def _annotate(action: AgentAction) -> None:

@@ -1,7 +1,7 @@
 """Retrieval for LlamaIndex: agentrt's all-MiniLM-L6-v2 embeddings and a faiss-backed index.
 
 >>> from agentrt_tools.rag import chunk_corpus
->>> from llama_index.llms.agentrt.rag import AgentRTEmbedding, faiss_vector_store_index
+>>> from llama_index.embeddings.agentrt import AgentRTEmbedding, faiss_vector_store_index
 >>> index = faiss_vector_store_index(chunk_corpus()[:200])
 >>> index.as_retriever(similarity_top_k=3).retrieve("how do I parse JSON?")
 
@@ -113,7 +113,7 @@ def faiss_vector_store_index(
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
             "faiss_vector_store_index needs LlamaIndex's faiss vector store: "
-            f"`{FAISS_STORE_INSTALL_HINT}` (or `pip install agentrt[rag]`)",
+            f"`{FAISS_STORE_INSTALL_HINT}` (or `pip install 'llama-index-llms-agentrt[rag]'`)",
             name=exc.name,
         ) from exc
     faiss = import_faiss()
