@@ -44,8 +44,8 @@ def query_engine(index, engine, mode: str, window: int | None = None):
 def calls(monkeypatch):
     """LLM calls made by LlamaIndex's sync ``query`` (``chat``) and by the lowered graph
     (``achat``), and query embeddings made on the async path (the graph's)."""
-    from llama_index.llms.agentrt import AgentRT
     from llama_index.embeddings.agentrt import AgentRTEmbedding
+    from llama_index.llms.agentrt import AgentRT
 
     counts = {"chat": 0, "achat": 0, "embed": 0}
 

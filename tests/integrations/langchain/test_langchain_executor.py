@@ -151,37 +151,6 @@ def test_constrained_react_steps_parse_and_call_real_tools(constrained, runtime)
                                                          "search"}
 
 
-def test_a_raising_or_slow_tool_becomes_an_observation(plain, engine):
-    """AgentExecutor ends the run with a tool's exception; the Executor lets the model react."""
-    import time
-
-    from langchain_core.agents import AgentAction
-    from langchain_core.tools import tool
-
-    @tool
-    def broken(x: str) -> str:
-        """Always fails."""
-        raise RuntimeError("the tool broke")
-
-    @tool
-    def slow(x: str) -> str:
-        """Takes its time."""
-        time.sleep(2)
-        return "late"
-
-    agent = create_react_agent(plain, [broken, slow], REACT)
-    ex = agentrt.Executor(agent=agent, tools=[broken, slow], tool_timeout=0.5)
-    tools = {t.name: t for t in (broken, slow)}
-    colors = {"broken": "red", "slow": "blue"}
-    step = ex._perform_agent_action(tools, colors, AgentAction("broken", "x", ""))
-    assert step.observation == "Error: RuntimeError: the tool broke"
-    step = ex._perform_agent_action(tools, colors, AgentAction("slow", "x", ""))
-    assert step.observation == "Error: the tool took longer than 0.5s"
-    with pytest.raises(RuntimeError, match="the tool broke"):  # the reference behaviour
-        AgentExecutor(agent=agent, tools=[broken, slow])._perform_agent_action(
-            tools, colors, AgentAction("broken", "x", ""))
-
-
 def test_agentrt_tools_start_while_the_model_writes_the_call(constrained, runtime, engine):
     """With agentrt tools, a ReAct action runs in its worker as soon as it is decoded; the
     executor's tool step then takes that result (same observation) instead of running again."""
