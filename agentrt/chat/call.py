@@ -235,6 +235,6 @@ def _grammar_processor(engine: Engine, tag: dict[str, Any]) -> Any:
                           "'agentrt[constrained]', or pass constrained=False") from exc
     try:
         return get_grammar_backend(engine).structural_tag(tag)
-    except RuntimeError as exc:  # xgrammar's errors on schemas it cannot compile
+    except ValueError as exc:  # a schema xgrammar cannot compile (its reason, no paths)
         raise ValueError(f"cannot build the output grammar for these tools / format: {exc}") \
             from exc

@@ -57,7 +57,9 @@ def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> ToolCh
         return tool_names[0]
     name = tool_choice
     if isinstance(tool_choice, dict):
-        name = tool_choice.get("function", {}).get("name") or tool_choice.get("name")
+        function = tool_choice.get("function")
+        name = (function.get("name") if isinstance(function, dict) else None) \
+            or tool_choice.get("name")
     if not isinstance(name, str) or name not in tool_names:
         raise ValueError(f"tool_choice {tool_choice!r} does not name a bound tool; "
                          f"the bound tools are: {', '.join(tool_names)}")
@@ -88,7 +90,11 @@ def response_schema(response_format: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if kind == "json_schema" and isinstance(response_format.get("json_schema"), dict):
         spec = response_format["json_schema"]
-        return spec.get("schema", spec)
+        schema = spec.get("schema", spec)
+        if not isinstance(schema, dict):
+            raise ValueError(f"response_format.json_schema.schema must be a JSON object, got "
+                             f"{type(schema).__name__}")
+        return schema
     raise ValueError("response_format must be {'type': 'json_object'} or {'type': "
                      f"'json_schema', 'json_schema': {{'schema': ...}}}}, got {response_format!r}")
 

@@ -100,16 +100,29 @@ def message_text(content: Any) -> str:
     """The text of a message's ``content`` (string, parts, or None); raises on media parts."""
     if content is None or isinstance(content, str):
         return content or ""
+    if not isinstance(content, list | tuple):
+        raise ValueError(f"message content must be a string, a list of parts or null, "
+                         f"got {type(content).__name__}")
     parts: list[str] = []
     for part in content:
         if isinstance(part, str):
             parts.append(part)
+        elif not isinstance(part, Mapping):
+            raise ValueError(f"a content part must be an object, got {type(part).__name__}")
         elif part.get("type") == "text":
-            parts.append(part.get("text", ""))
+            parts.append(_text_part(part))
         elif part.get("type") not in _SKIPPED_PARTS:
             raise ValueError(f"agentrt runs text-only models; cannot send a "
                              f"{part.get('type')!r} content part")
     return "".join(parts)
+
+
+def _text_part(part: Mapping[str, Any]) -> str:
+    text = part.get("text") or ""
+    if not isinstance(text, str):
+        raise ValueError(f"a text content part's text must be a string, got "
+                         f"{type(text).__name__}")
+    return text
 
 
 def _to_template(message: Mapping[str, Any], caps: TemplateCaps) -> dict[str, Any]:
@@ -126,10 +139,13 @@ def _to_template(message: Mapping[str, Any], caps: TemplateCaps) -> dict[str, An
     return {"role": role, "content": text}
 
 
-def _assistant(calls: list[dict[str, Any]], text: str, caps: TemplateCaps) -> dict[str, Any]:
+def _assistant(calls: Any, text: str, caps: TemplateCaps) -> dict[str, Any]:
     if not calls:
         return {"role": "assistant", "content": text}
-    parsed = [(c["function"]["name"], _arguments(c["function"].get("arguments"))) for c in calls]
+    if not isinstance(calls, list | tuple):
+        raise ValueError(f"an assistant message's tool_calls must be a list, got "
+                         f"{type(calls).__name__}")
+    parsed = [_call_parts(i, c) for i, c in enumerate(calls)]
     if caps.renders_tool_calls:
         return {"role": "assistant", "content": text, "tool_calls": [
             {"id": c.get("id"), "type": "function",
@@ -139,6 +155,20 @@ def _assistant(calls: list[dict[str, Any]], text: str, caps: TemplateCaps) -> di
     return {"role": "assistant", "content": "\n".join([text, *blocks] if text else blocks)}
 
 
+def _call_parts(index: int, call: Any) -> tuple[str, dict[str, Any]]:
+    """``(name, arguments)`` of an assistant's ``tool_calls[index]``; ``ValueError`` for an
+    entry that is not ``{"function": {"name": str, "arguments": str | dict | None}}``."""
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping):
+        raise ValueError(f"tool_calls[{index}] must be an object with a 'function' object, "
+                         f"got {_short(call)}")
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tool_calls[{index}].function.name must be a non-empty string, "
+                         f"got {_short(name)}")
+    return name, _arguments(function.get("arguments"))
+
+
 def _arguments(arguments: Any) -> dict[str, Any]:
     if arguments is None or arguments == "":
         return {}
@@ -146,9 +176,10 @@ def _arguments(arguments: Any) -> dict[str, Any]:
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"tool call arguments are not valid JSON: {arguments!r}") from exc
+            raise ValueError(f"tool call arguments are not valid JSON: "
+                             f"{_short(arguments)}") from exc
     if not isinstance(arguments, dict):
-        raise ValueError(f"tool call arguments must be a JSON object, got {arguments!r}")
+        raise ValueError(f"tool call arguments must be a JSON object, got {_short(arguments)}")
     return arguments
 
 
@@ -161,6 +192,11 @@ def _tool_result(message: Mapping[str, Any], text: str, caps: TemplateCaps) -> d
     if not caps.renders_tool_calls:
         out["content"] = f"<tool_response>\n{text}\n</tool_response>"
     return out
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def _tool_lines(tools: Sequence[dict[str, Any]]) -> str:

@@ -7,18 +7,28 @@ that advances a ``GrammarMatcher`` over the tokens it has not seen yet and masks
 to the tokens the grammar allows next. The mask depends only on the tokens of the current
 segment: a history that diverges from what the matcher saw (a reused processor, a rollback)
 is replayed from the start, so the processor never masks against the wrong state.
+
+A grammar or schema xgrammar cannot compile raises ``ValueError`` with xgrammar's reason
+alone: its C++ log prefix (time, source file and line) is dropped, so no path of the build
+machine reaches a client.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import xgrammar as xgr
 
 __all__ = ["GrammarLogitsProcessor", "XGrammarBackend"]
+
+# NOTE: xgrammar's errors read "[16:54:04] /project/cpp/json_schema_converter.cc:4944: why"
+_LOG_PREFIX = re.compile(r"\[[\d:.]+\]\s*\S+:\d+:\s*")
+_CHECK_FAILED = re.compile(r"Check failed: \(.*?\) is false:\s*")
+_SOURCE_PATH = re.compile(r"(?:/[\w.+-]+)+\.(?:cc|cpp|cxx|h|hpp|py)(?::\d+)?:?\s*")
 
 
 class GrammarLogitsProcessor:
@@ -81,11 +91,12 @@ class XGrammarBackend:
 
     def structural_tag(self, tag: dict[str, Any]) -> GrammarLogitsProcessor:
         """A processor for an xgrammar structural tag (``{"type": "structural_tag", ...}``)."""
-        return self.processor(self.compiler.compile_structural_tag(json.dumps(tag)))
+        return self.processor(_compile(self.compiler.compile_structural_tag, json.dumps(tag)))
 
     def json_schema(self, schema: dict[str, Any]) -> GrammarLogitsProcessor:
         """JSON matching ``schema``, written as ``json.dumps`` would (one line, ``", "``)."""
-        compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+        compiled = _compile(self.compiler.compile_json_schema, json.dumps(schema),
+                            any_whitespace=False)
         return self.processor(compiled)
 
     def json_object(self) -> GrammarLogitsProcessor:
@@ -94,5 +105,24 @@ class XGrammarBackend:
 
     def ebnf(self, grammar: str, *, root_rule_name: str = "root") -> GrammarLogitsProcessor:
         """A processor for a GBNF/EBNF grammar (llama.cpp syntax)."""
-        compiled = self.compiler.compile_grammar(grammar, root_rule_name=root_rule_name)
+        compiled = _compile(self.compiler.compile_grammar, grammar,
+                            root_rule_name=root_rule_name)
         return self.processor(compiled)
+
+
+def _compile(compile: Callable[..., xgr.CompiledGrammar], *args: Any,
+             **kwargs: Any) -> xgr.CompiledGrammar:
+    """``compile(*args, **kwargs)``; ``ValueError`` (with a clean reason) if it fails."""
+    try:
+        return compile(*args, **kwargs)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise ValueError(_reason(exc)) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """xgrammar's reason for ``exc``, without its log prefix, its C++ assertion or any
+    source-file path."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = _LOG_PREFIX.sub("", lines[0]) if lines else ""
+    text = _SOURCE_PATH.sub("", _CHECK_FAILED.sub("", text)).strip()
+    return text or f"the grammar could not be compiled ({type(exc).__name__})"

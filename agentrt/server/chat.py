@@ -21,10 +21,9 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
-from starlette.responses import Response
 
 from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepare_chat
-from agentrt.server.errors import APIError, rejected_as_400
+from agentrt.server.errors import APIError, check_context, rejected_as_400
 from agentrt.server.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -53,17 +52,15 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     started = time.monotonic()
     model = state.resolve_model(body.model)
     run = ChatRun(await _prepare(state, body), model, state, started)
-    response: ChatCompletion | Response
+    counted = partial(state.metrics.count, ENDPOINT)
     if body.stream:
-        response = await start_stream(run.events(body.include_usage))
-    else:
-        response = await cancel_on_disconnect(request, run.complete())
-    state.metrics.count(ENDPOINT, 200)
-    return response
+        return await start_stream(run.events(body.include_usage), on_end=counted)
+    return await cancel_on_disconnect(request, run.complete(), on_end=counted)
 
 
 async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
-    """Render, tokenize and build the grammar in a worker thread (they take milliseconds)."""
+    """Render, tokenize and build the grammar in a worker thread (they take milliseconds);
+    a 400 for input the chat layer rejects or a ``max_tokens`` the context cannot hold."""
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     tools = [t.model_dump(exclude_none=True) for t in body.tools or ()]
     prepare = partial(
@@ -73,9 +70,14 @@ async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
         seed=body.seed, max_tokens=body.output_limit or state.max_model_len,
         request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
     try:
-        return await anyio.to_thread.run_sync(prepare)
+        call = await anyio.to_thread.run_sync(prepare)
     except ValueError as exc:
         raise APIError.bad_request(exc) from exc
+    if body.output_limit is not None:
+        param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+        check_context(state.max_model_len, len(call.prompt_ids), body.output_limit,
+                      param=param, chat=True)
+    return call
 
 
 class ChatRun:

@@ -12,15 +12,15 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
-from starlette.responses import Response
 
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.outputs import StreamDelta
-from agentrt.server.errors import APIError, rejected_as_400
+from agentrt.server.errors import APIError, check_context, rejected_as_400
 from agentrt.server.protocol import Completion, CompletionChoice, CompletionRequest, Usage
 from agentrt.server.state import ServerState, State
 from agentrt.server.streaming import DONE, cancel_on_disconnect, sse, start_stream
@@ -43,15 +43,17 @@ async def create_completion(body: CompletionRequest, request: Request,
     encode = state.engine.core.encode
     prompts = await anyio.to_thread.run_sync(lambda: [encode(p) for p in body.prompts])
     response_id = f"cmpl-{uuid.uuid4().hex[:24]}"
+    for ids in prompts:
+        check_context(state.max_model_len, len(ids), body.max_tokens, param="max_tokens",
+                      chat=False)
     runs = [CompletionRun(state, ids, params, f"{response_id}-{i}", started, index=i)
             for i, ids in enumerate(prompts)]
-    response: Completion | Response
+    counted = partial(state.metrics.count, ENDPOINT)
     if body.stream:
-        response = await start_stream(runs[0].events(response_id, model, body.include_usage))
-    else:
-        response = await cancel_on_disconnect(request, _complete(runs, response_id, model))
-    state.metrics.count(ENDPOINT, 200)
-    return response
+        events = runs[0].events(response_id, model, body.include_usage)
+        return await start_stream(events, on_end=counted)
+    return await cancel_on_disconnect(request, _complete(runs, response_id, model),
+                                      on_end=counted)
 
 
 def _params(body: CompletionRequest) -> SamplingParams:

@@ -7,7 +7,8 @@ JSON, wrong types, ``max_tokens`` below 1 — 400 naming the field, as OpenAI do
 FastAPI's 422), Starlette's own HTTP errors (unknown route, wrong method), and — as a 500 —
 anything else. The endpoints turn a ``ValueError`` of the chat layer or the engine (input
 they cannot honour) into a 400 themselves; a stray ``ValueError`` elsewhere is a bug, not
-the client's.
+the client's. :func:`check_context` rejects a ``max_tokens`` that does not fit the
+context with the prompt, in OpenAI's words (``context_length_exceeded``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-__all__ = ["APIError", "error_response", "install_error_handlers", "internal_error",
-           "rejected_as_400"]
+__all__ = ["APIError", "check_context", "error_response", "install_error_handlers",
+           "internal_error", "rejected_as_400"]
 
 T = TypeVar("T")
 
@@ -51,6 +52,35 @@ class APIError(Exception):
         """OpenAI's error body."""
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
+
+
+def check_context(max_model_len: int, num_prompt_tokens: int, max_tokens: int, *,
+                  param: str, chat: bool) -> None:
+    """Raise a 400 unless ``num_prompt_tokens + max_tokens`` fits the model's context.
+
+    ``param`` is the field that asked for ``max_tokens`` (named when it alone cannot fit);
+    ``chat`` picks OpenAI's wording for chat (the messages) or legacy completions (the
+    prompt). As in OpenAI's API and vLLM, the request is rejected rather than clamped.
+    """
+    if max_tokens >= max_model_len:
+        raise APIError(400, f"{param} is too large: {max_tokens}. This model's maximum context "
+                            f"length is {max_model_len} tokens, prompt and completion together.",
+                       param=param, code="invalid_value")
+    total = num_prompt_tokens + max_tokens
+    if total <= max_model_len:
+        return
+    if chat:
+        message = (f"This model's maximum context length is {max_model_len} tokens. However, "
+                   f"you requested {total} tokens ({num_prompt_tokens} in the messages, "
+                   f"{max_tokens} in the completion). Please reduce the length of the "
+                   "messages or completion.")
+    else:
+        message = (f"This model's maximum context length is {max_model_len} tokens, however "
+                   f"you requested {total} tokens ({num_prompt_tokens} in your prompt; "
+                   f"{max_tokens} for the completion). Please reduce your prompt; or "
+                   "completion length.")
+    raise APIError(400, message, param="messages" if chat else "prompt",
+                   code="context_length_exceeded")
 
 
 async def rejected_as_400(stream: AsyncIterator[T]) -> AsyncIterator[T]:
@@ -101,7 +131,8 @@ def _from_http(request: Request, exc: HTTPException) -> APIError:
 
 
 def _from_validation(_: Request, exc: RequestValidationError) -> APIError:
-    errors = list(exc.errors())
+    # NOTE: deepest first: of a union's failed branches, the one the client meant
+    errors = sorted(exc.errors(), key=lambda e: -len(e.get("loc", ())))
     if not errors:
         return APIError(400, "invalid request")
     first = errors[0]

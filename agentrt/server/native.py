@@ -11,6 +11,9 @@
 - ``POST /open_session`` (the id, as a JSON string), ``POST /close_session``, ``POST
   /abort_request`` — see :mod:`.native_sessions`.
 
+As in SGLang, a ``max_new_tokens`` the request sets that does not fit the context with the
+prompt is a 400 ("Requested token count exceeds the model's maximum context length ...").
+
 So an SGLang client (agentrt's ``sglang`` backend among them) and sglang-router work
 against ``agentrt serve`` unchanged.
 """
@@ -21,6 +24,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from functools import partial
 from typing import Any
 
 import anyio
@@ -35,6 +39,7 @@ from agentrt.server.native_protocol import (
     AbortRequest,
     CloseSessionRequest,
     GenerateRequest,
+    NativeSamplingParams,
     OpenSessionRequest,
 )
 from agentrt.server.native_sessions import Native, NativeSession, NativeState
@@ -53,13 +58,10 @@ async def generate(body: GenerateRequest, request: Request, state: State,
     """Generate for one prompt, whole or streamed, alone or as a session's next request."""
     started = time.monotonic()
     run = await _prepare(state, native, body, started)
-    response: dict[str, Any] | Response
+    counted = partial(state.metrics.count, "/generate")
     if body.stream:
-        response = await start_stream(run.events())
-    else:
-        response = await cancel_on_disconnect(request, run.complete())
-    state.metrics.count("/generate", 200)
-    return response
+        return await start_stream(run.events(), on_end=counted)
+    return await cancel_on_disconnect(request, run.complete(), on_end=counted)
 
 
 @router.api_route("/open_session", methods=["GET", "POST"])
@@ -104,8 +106,26 @@ async def _prepare(state: ServerState, native: NativeState, body: GenerateReques
     if body.session_params is not None:
         session = native.get(body.session_params.id)
         ids, parent = session.prompt_for(body.session_params, list(ids)), body.session_params.rid
+    _check_context(state, len(ids), body.params)
     return NativeRun(state, native, rid, list(ids), params, started, session=session,
                      parent=parent, no_stop_trim=body.params.no_stop_trim)
+
+
+def _check_context(state: ServerState, num_prompt_tokens: int,
+                   params: NativeSamplingParams) -> None:
+    """SGLang's rule and words: a ``max_new_tokens`` the request sets that does not fit the
+    context with the prompt is a 400 (the default one is not checked)."""
+    if "max_new_tokens" not in params.model_fields_set:
+        return
+    total = num_prompt_tokens + params.max_new_tokens
+    if total <= state.max_model_len:
+        return
+    raise APIError(400, f"Requested token count exceeds the model's maximum context length of "
+                        f"{state.max_model_len} tokens. You requested a total of {total} "
+                        f"tokens: {num_prompt_tokens} tokens from the input messages and "
+                        f"{params.max_new_tokens} tokens for the completion. Please reduce the "
+                        "number of tokens in the input messages or the completion to fit "
+                        "within the limit.", param="sampling_params.max_new_tokens")
 
 
 class NativeRun:

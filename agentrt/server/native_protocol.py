@@ -3,8 +3,8 @@
 Requests keep SGLang's names and defaults — ``max_new_tokens`` 128, ``temperature`` 1.0,
 ``top_k`` -1 (off) — and ignore fields they do not know (sglang-router adds its own). Values
 agentrt cannot honour get a 400 naming the field: batches (a list of texts or of id lists),
-logprobs, hidden states, LoRA, images, penalties, ``n`` > 1, grammars. One prompt per
-``/generate``, as ``text`` or ``input_ids``.
+logprobs, hidden states, LoRA, images, penalties, ``n`` > 1, grammars, a ``sampling_seed``
+outside the signed 64-bit range. One prompt per ``/generate``, as ``text`` or ``input_ids``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentrt.core.sampling_params import SamplingParams
+from agentrt.core.sampling_params import SamplingParams, check_seed
 
 __all__ = ["AbortRequest", "CloseSessionRequest", "GenerateRequest", "NativeSamplingParams",
            "OpenSessionRequest", "SessionParams"]
@@ -55,6 +55,7 @@ class NativeSamplingParams(BaseModel):
     no_stop_trim: bool = False
     """Keep the matched stop string at the end of ``text``."""
     sampling_seed: int | None = None
+    """Seed of the sampler: a signed 64-bit integer (400 otherwise)."""
     n: int = 1
     min_p: float = 0.0
     min_new_tokens: int = 0
@@ -75,6 +76,12 @@ class NativeSamplingParams(BaseModel):
     @classmethod
     def _supported(cls, value: Any, info: Any) -> Any:
         return _check_neutral(info.field_name, value)
+
+    @field_validator("sampling_seed")
+    @classmethod
+    def _seed_in_range(cls, value: int | None) -> int | None:
+        check_seed(value, "sampling_seed")
+        return value
 
     def to_params(self) -> SamplingParams:
         """The engine's parameters (``ValueError`` for values it rejects)."""

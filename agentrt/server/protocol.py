@@ -2,7 +2,12 @@
 
 Requests accept what OpenAI's clients send (unknown fields are ignored, as OpenAI-compatible
 servers do) and reject, with a 400 naming the field, values agentrt cannot honour: ``n`` or
-``best_of`` above 1, ``logprobs``, ``echo``, penalties, ``logit_bias``. Two defaults differ
+``best_of`` above 1, ``logprobs``, ``echo``, penalties, ``logit_bias``, a ``seed`` outside
+the signed 64-bit range (vLLM's rule), and malformed message shapes (a content part without
+a ``type`` or with non-text ``text``, an assistant ``tool_calls`` entry without a
+``function`` name or with ``arguments`` neither a JSON string nor an object). The endpoints
+check ``max_tokens`` against the context once the prompt is tokenized
+(:func:`agentrt.server.errors.check_context`). Two defaults differ
 from OpenAI's, on purpose for a local deterministic runtime: ``temperature`` defaults to 0
 (greedy), and ``parallel_tool_calls`` to false (small models tend to repeat a call). Without
 ``max_tokens`` a chat answer may run to the end of the context (OpenAI's rule); a legacy
@@ -19,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
+from agentrt.core.sampling_params import check_seed
+
 __all__ = [
     "AssistantMessage",
     "ChatChoice",
@@ -30,9 +37,12 @@ __all__ = [
     "Completion",
     "CompletionChoice",
     "CompletionRequest",
+    "ContentPart",
     "DeltaMessage",
     "FunctionCall",
     "FunctionSpec",
+    "MessageFunctionCall",
+    "MessageToolCall",
     "ModelCard",
     "ModelList",
     "StreamOptions",
@@ -69,6 +79,8 @@ class _SamplingRequest(BaseModel):
     top_k: int = Field(0, ge=0)
     """vLLM's extension: keep the k likeliest tokens (0 = off)."""
     seed: int | None = None
+    """Seed of the sampler (signed 64-bit); with ``temperature`` > 0, the same seed and
+    request give the same answer."""
     stop: str | list[str] | None = None
     n: int | None = None
     logprobs: Any = None
@@ -83,6 +95,12 @@ class _SamplingRequest(BaseModel):
     @classmethod
     def _supported(cls, value: Any, info: Any) -> Any:
         return _check_supported(info.field_name, value)
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_in_range(cls, value: int | None) -> int | None:
+        check_seed(value)
+        return value
 
     @field_validator("temperature", "top_p", mode="before")
     @classmethod
@@ -108,15 +126,44 @@ def _check_supported(name: str, value: Any) -> Any:
     raise ValueError(f"{name}={value!r} is not supported by agentrt; {hint}")
 
 
+class ContentPart(BaseModel):
+    """One part of a message's ``content`` list (only ``text`` parts reach the model)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class MessageFunctionCall(BaseModel):
+    """The function of an earlier assistant tool call."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    arguments: str | dict[str, Any] | None = None
+    """A JSON object as a string (OpenAI's form) or as an object; None = no arguments."""
+
+
+class MessageToolCall(BaseModel):
+    """One entry of an assistant message's ``tool_calls``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: MessageFunctionCall
+
+
 class ChatMessage(BaseModel):
     """One message of the conversation, passed on to :func:`agentrt.chat.prepare_chat`."""
 
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[MessageToolCall] | None = None
     tool_call_id: str | None = None
 
 

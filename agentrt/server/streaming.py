@@ -13,6 +13,10 @@ the client, the chain gets closed, promptly.
 - A whole answer (:func:`cancel_on_disconnect`): the work runs as a task next to a watcher
   of the connection; a disconnect cancels the task, which closes the chain.
 
+Both report how the answer ended through ``on_end(status)`` — the endpoints count it in
+the metrics: 200 when the whole answer went out, 499 (nginx's "client closed request") when
+the client left first, although a stream's status line already said 200.
+
 :func:`start_stream` runs a stream up to its first event before the response starts, so
 that input the engine rejects when the request is queued (a prompt longer than the context)
 still gets a 400 instead of a broken stream.
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any, TypeVar
 
@@ -34,10 +38,15 @@ from starlette.types import Receive, Scope, Send
 
 from agentrt.server.errors import APIError, internal_error
 
-__all__ = ["DONE", "EventStreamResponse", "cancel_on_disconnect", "sse", "start_stream"]
+__all__ = ["CLIENT_CLOSED", "DONE", "EventStreamResponse", "OnEnd", "cancel_on_disconnect",
+           "sse", "start_stream"]
 
 T = TypeVar("T")
 DONE = "data: [DONE]\n\n"
+CLIENT_CLOSED = 499
+"""The status a request is counted with when its client left before the answer ended."""
+OnEnd = Callable[[int], None]
+"""Called once with the status an answer ended with (200, or 499 if the client left)."""
 
 
 def sse(payload: BaseModel | dict[str, Any]) -> str:
@@ -47,13 +56,16 @@ def sse(payload: BaseModel | dict[str, Any]) -> str:
 
 
 class EventStreamResponse(StreamingResponse):
-    """A ``text/event-stream`` response that always closes its generator when it ends."""
+    """A ``text/event-stream`` response that always closes its generator when it ends, and
+    tells ``on_end`` whether every event went out (200) or the client left first (499)."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[str]) -> None:
-        super().__init__(events, headers={"Cache-Control": "no-cache",
-                                          "X-Accel-Buffering": "no"})
+    def __init__(self, events: AsyncIterator[str], on_end: OnEnd | None = None) -> None:
+        self.on_end = on_end
+        self.is_complete = False
+        super().__init__(self._tracked(events), headers={"Cache-Control": "no-cache",
+                                                         "X-Accel-Buffering": "no"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -61,16 +73,33 @@ class EventStreamResponse(StreamingResponse):
         finally:
             with anyio.CancelScope(shield=True):
                 await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            if not self.is_complete:
+                self._end(CLIENT_CLOSED)
+
+    async def _tracked(self, events: AsyncIterator[str]) -> AsyncIterator[str]:
+        async with aclosing(events):  # type: ignore[type-var]
+            async for event in events:
+                yield event
+        # NOTE: counted before the response's last (empty) body message, so a client that
+        # has read the whole stream finds it counted
+        self.is_complete = True
+        self._end(200)
+
+    def _end(self, status: int) -> None:
+        if self.on_end is not None:
+            self.on_end(status)
 
 
-async def start_stream(events: AsyncIterator[str]) -> EventStreamResponse:
-    """Wait for the first event of ``events`` (errors raise here), then stream them all."""
+async def start_stream(events: AsyncIterator[str], on_end: OnEnd | None = None
+                       ) -> EventStreamResponse:
+    """Wait for the first event of ``events`` (errors raise here), then stream them all;
+    ``on_end(status)`` when the stream ends."""
     try:
         first = await anext(events)
     except BaseException:
         await events.aclose()  # type: ignore[attr-defined]
         raise
-    return EventStreamResponse(_guarded(first, events))
+    return EventStreamResponse(_guarded(first, events), on_end)
 
 
 async def _guarded(first: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -86,8 +115,12 @@ async def _guarded(first: str, events: AsyncIterator[str]) -> AsyncIterator[str]
             yield DONE
 
 
-async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T | Response:
-    """Await ``work``; if the client disconnects first, cancel it and return an empty 499."""
+async def cancel_on_disconnect(request: Request, work: Awaitable[T],
+                               on_end: OnEnd | None = None) -> T | Response:
+    """Await ``work``; if the client disconnects first, cancel it and return an empty 499.
+
+    ``on_end(status)`` hears 200 or 499 (not a failure of ``work``: that raises here).
+    """
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
@@ -97,9 +130,11 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T | Resp
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
-    return task.result()
+    status = CLIENT_CLOSED if task.cancelled() else 200
+    result = Response(status_code=status) if task.cancelled() else task.result()
+    if on_end is not None:
+        on_end(status)
+    return result  # NOTE: nobody reads a 499
 
 
 async def _disconnected(request: Request) -> None:

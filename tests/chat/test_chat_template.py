@@ -45,6 +45,19 @@ def test_text_parts_and_developer_role(tokenizer):
     ({"role": "assistant", "content": "", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]},
      "not valid JSON"),
+    ({"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function"}]},
+     r"tool_calls\[0\] must be an object with a 'function' object"),
+    ({"role": "assistant", "content": "", "tool_calls": [{"function": "f"}]},
+     r"tool_calls\[0\] must be an object"),
+    ({"role": "assistant", "content": "", "tool_calls": [7]}, r"tool_calls\[0\] must be"),
+    ({"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]},
+     r"tool_calls\[0\].function.name must be a non-empty string"),
+    ({"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "f", "arguments": 7}}]}, "must be a JSON object, got 7"),
+    ({"role": "assistant", "content": "", "tool_calls": "f()"}, "tool_calls must be a list"),
+    ({"role": "user", "content": [{"type": "text", "text": 5}]}, "text must be a string"),
+    ({"role": "user", "content": [5]}, "content part must be an object"),
+    ({"role": "user", "content": 5}, "content must be a string, a list of parts or null"),
 ])
 def test_bad_messages_raise_clear_errors(tokenizer, message, error):
     with pytest.raises(ValueError, match=error):

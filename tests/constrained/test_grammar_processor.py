@@ -65,3 +65,16 @@ def test_importing_agentrt_or_the_integration_does_not_import_xgrammar():
     code = ("import sys, agentrt, langchain_agentrt; "
             "assert 'xgrammar' not in sys.modules, 'xgrammar imported eagerly'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize(("schema", "reason"), [
+    ({"type": "object", "properties": {"a": {"type": "fancy"}}}, 'Unsupported type "fancy"'),
+    ({"type": "string", "pattern": "(("}, "parenthesis is not closed"),
+    ({"$ref": "#/nope"}, "Cannot find field nope"),
+])
+def test_schema_errors_give_xgrammars_reason_without_its_source_paths(backend, schema, reason):
+    with pytest.raises(ValueError) as e:
+        backend.json_schema(schema)
+    message = str(e.value)
+    assert reason in message
+    assert ".cc" not in message and "/project/" not in message and "[" not in message[:1]
