@@ -47,6 +47,8 @@ __all__ = ["TOOLS", "ToolCall", "ToolRuntime", "create_tool"]
 OPEN_TIMEOUT_S = 120.0
 #: how long the caller waits for room on a worker's socket when the tool has no wall limit
 SEND_TIMEOUT_S = 30.0
+#: replies already buffered that are still read once a call's deadline has passed
+_LATE_FRAMES = 64
 
 TOOLS: Registry[Tool] = Registry(
     "tool",
@@ -202,54 +204,71 @@ class ToolCall:
         self._pending.append(now)
 
     def _drain(self, until: float | None, stop: Callable[[], bool] | None = None) -> None:
-        channel = self._slot.worker.channel
+        """Read replies until ``stop()`` holds, ``until`` passes, or the worker is stopped.
+
+        The deadline is checked on every turn, so a worker that floods replies (stale ones are
+        dropped) cannot hold the caller past its wall-time limit.
+        """
         while not self._slot.is_dead and not (stop and stop()):
-            deadline = self._deadline()
+            now, deadline = time.monotonic(), self._deadline()
+            if deadline is not None and now >= deadline:
+                if not self._read(0.0, max_frames=_LATE_FRAMES):
+                    self._time_out()
+                continue
+            if until is not None and now >= until:
+                self._read(0.0, max_frames=_LATE_FRAMES)  # what has arrived, without waiting
+                break
             limits = [x for x in (until, deadline) if x is not None]
-            timeout = max(0.0, min(limits) - time.monotonic()) if limits else None
+            self._read(max(0.0, min(limits) - now) if limits else None, max_frames=1)
+        if self._slot.is_dead and self.rejection is None and self._finished is None:
+            self._reject(self._slot.death)
+
+    def _read(self, timeout: float | None, *, max_frames: int) -> bool:
+        """Take up to ``max_frames`` replies (waiting ``timeout`` s for the first); True if one
+        of them was for a request of this call still awaiting its reply."""
+        channel, progressed = self._slot.worker.channel, False
+        for _ in range(max_frames):
             try:
-                msg = channel.recv(expected=CALL_REPLIES) if channel.poll(timeout) else None
+                if not channel.poll(timeout):
+                    break
+                msg = channel.recv(expected=CALL_REPLIES)
             except (EOFError, OSError):
                 self._mark_dead(self._slot.died())
-                break
+                return False
             except WireError as exc:
                 self._mark_dead(f"{self.tool}: the tool process broke the wire protocol ({exc}); "
                                 "it was stopped and its session state is lost")
-                break
-            if msg is not None:
-                self._receive(msg)
-            elif deadline is not None and time.monotonic() >= deadline:
-                self._time_out()
-            elif until is not None and time.monotonic() >= until:
-                break
-        if self._slot.is_dead and self.rejection is None and self._finished is None:
-            self._reject(self._slot.death)
+                return False
+            progressed = self._receive(msg) or progressed
+            timeout = 0.0
+        return progressed
 
     def _deadline(self) -> float | None:
         if not self._pending or self._max_wall is None:
             return None
         return self._busy_since + self._max_wall
 
-    def _receive(self, msg: Fed | Finished) -> None:
+    def _receive(self, msg: Fed | Finished) -> bool:
+        """Apply one reply; True if it answered a request of this call."""
         if msg.call_id != self.call_id and 0 <= msg.call_id < self._slot.next_call:
-            return  # a reply for another call of this worker (a late one of an aborted call)
+            return False  # a reply for another call of this worker (a late one of an aborted call)
         if (msg.call_id != self.call_id or not self._pending
                 or (isinstance(msg, Fed) and not 0 <= msg.index < self.num_fed)):
             self._mark_dead(f"{self.tool}: the tool process sent a reply nobody asked for; it was "
                             "stopped and its session state is lost")
-            return
-        if self._pending:
-            self._pending.popleft()
-            now = time.monotonic()
-            self._busy_since = max(now, self._pending[0]) if self._pending else now
+            return False
+        self._pending.popleft()
+        now = time.monotonic()
+        self._busy_since = max(now, self._pending[0]) if self._pending else now
         if isinstance(msg, Fed):
             self._timings.append(
                 PieceTiming(msg.index, self._kinds[msg.index], msg.started, msg.ended)
             )
             if msg.error is not None and self.rejection is None:
                 self._reject(msg.error, msg.index)
-        elif isinstance(msg, Finished):
+        else:
             self._finished = msg
+        return True
 
     def _reject(self, message: str, index: int | None = None) -> None:
         if self.rejection is None:

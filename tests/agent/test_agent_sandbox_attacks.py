@@ -140,6 +140,26 @@ def test_a_worker_that_stalls_mid_frame_is_killed_at_the_wall_limit(runtime):
     assert wait_gone(pid, timeout=1.0)
 
 
+def test_a_flood_of_stale_replies_does_not_hold_the_caller_past_the_limit(runtime):
+    run(runtime, "print('call 0')")  # replies for call 0 are stale from now on
+    started = time.monotonic()
+    obs = run(runtime, with_socket("""
+        import json
+        body = json.dumps({"type": "fed", "call_id": 0, "index": 0, "started": 0.0,
+                           "ended": 0.0, "error": None}).encode()
+        frame = struct.pack(">I", len(body)) + body
+        import select
+        while True:
+            select.select([], [fd], [])
+            try:
+                _ = os.write(fd, frame * 64)
+            except BlockingIOError:
+                pass
+    """))
+    assert obs.is_error and "wall-time limit" in obs.text
+    assert time.monotonic() - started < WALL_S + 1.0
+
+
 def test_a_partial_frame_then_a_normal_reply_still_hits_the_deadline(runtime):
     started = time.monotonic()
     obs = run(runtime, with_socket("os.write(fd, struct.pack('>I', 4096) + b'1234567')"))
