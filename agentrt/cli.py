@@ -25,11 +25,24 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                         "local Hugging Face cache (org/name[:QUANT]) or ollama:NAME[:TAG]; "
                         "`agentrt models` lists what is here (default: the embedded "
                         "SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                   help="weight and KV-cache dtype (default: auto = float32 on CPU)")
+    g.add_argument("--device", default="auto", type=_device,
+                   help="where the engine runs: auto, cpu, cuda or cuda:N (default: auto = "
+                        "cuda when torch sees a GPU, else cpu)")
+    g.add_argument("--dtype", default="auto",
+                   choices=["auto", "float32", "bfloat16", "float16"],
+                   help="weight and KV-cache dtype (default: auto = float32 on CPU, bfloat16 "
+                        "on a GPU that has it, else float16)")
     g.add_argument("--quantization", default="none", choices=["none", "int8", "int4"],
                    help="linear-layer weights: none (= dtype), or GGUF Q8_0 / Q4_1 groups run "
                         "by agentrt's AVX2 decode kernels (float32 compute; faster CPU decode)")
+
+
+def _device(value: str) -> str:
+    from agentrt.config import DEVICE_PATTERN
+
+    if not DEVICE_PATTERN.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not auto, cpu, cuda or cuda:N")
+    return value
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -55,7 +68,8 @@ def _params(args: argparse.Namespace):
 def _engine(args: argparse.Namespace):
     from agentrt import Engine
 
-    return Engine(args.model, dtype=args.dtype, quantization=args.quantization)
+    return Engine(args.model, device=args.device, dtype=args.dtype,
+                  quantization=args.quantization)
 
 
 def _render(engine, messages: list[dict[str, str]]) -> str:
@@ -127,7 +141,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "pip install 'agentrt[server]'", file=sys.stderr)
         return 2
     serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
-          log_level=args.log_level, dtype=args.dtype, quantization=args.quantization,
+          log_level=args.log_level, device=args.device, dtype=args.dtype,
+          quantization=args.quantization,
           max_num_seqs=args.max_batch,
           kv_cache_gb=args.kv_cache_gb)
     return 0

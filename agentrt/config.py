@@ -1,13 +1,23 @@
-"""EngineConfig: every knob of an :class:`agentrt.Engine`, frozen and validated."""
+"""EngineConfig: every knob of an :class:`agentrt.Engine`, frozen and validated.
+
+The ``resolved_*`` properties turn the "auto" choices into what an engine built from this
+config will use on this machine (device, dtype, attention backend); nothing here imports CUDA
+code, and a CPU config never asks torch about CUDA.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["EngineConfig"]
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+"""What ``device`` may be (``re.fullmatch``)."""
+CPU_ONLY_QUANTIZATIONS = frozenset({"int8", "int4"})
+"""Weight formats run by agentrt's CPU kernels only (``agentrt_kernels.cpu``)."""
 
 
 @dataclass(frozen=True)
@@ -16,12 +26,19 @@ class EngineConfig:
 
     model: str | None = None
     """Model name or local folder; None = the embedded default (SmolLM2-135M-Instruct)."""
+    device: str = "auto"
+    """Where weights, the KV pool, each step's tensors and sampling live: "cpu", "cuda",
+    "cuda:N", or "auto" = "cuda" when ``torch.cuda.is_available()`` (and the weight format can
+    run there), else "cpu". The host KV pool (``host_kv_cache_gb``) is pinned CPU memory on
+    CUDA, and swaps to it run on a side CUDA stream."""
     dtype: DType = "auto"
-    """Weight and KV dtype; "auto" = float32 on CPU (see README: measured choice)."""
+    """Weight and KV dtype; "auto" = float32 on CPU (see README: measured choice), bfloat16 on
+    a GPU that supports it, float16 on one that does not."""
     quantization: str = "none"
     """Weight format of the linear layers: a name in :data:`agentrt.models.linear.LINEARS`
     ("none" = ``dtype``; "int8" / "int4" = GGUF Q8_0 / Q4_1 groups and agentrt's AVX2 decode
-    kernels, float32 compute only)."""
+    kernels, float32 compute, CPU only: with ``device="cuda"`` they are refused with an error,
+    not dequantized; ``device="auto"`` then stays on the CPU)."""
     block_size: int = 16
     """Tokens per KV block (page)."""
     num_blocks: int | None = None
@@ -38,15 +55,21 @@ class EngineConfig:
     """Longest sequence (prompt + output); None = the model's limit, capped by the pool."""
     enable_prefix_cache: bool = True
     """Reuse KV of earlier requests that share a prompt prefix."""
-    attention_backend: str = "torch"
-    """Name in :data:`agentrt.attention.BACKENDS`: "torch", "torch_cascade" (a prefix shared by
-    several requests is attended once per group), "cpu" (decode rows by agentrt's C++ kernel),
-    "flashinfer", "flashinfer_cascade"."""
+    attention_backend: str = "auto"
+    """"auto" or a name in :data:`agentrt.attention.BACKENDS`: "torch" (SDPA over gathered
+    pages, any device), "torch_cascade" (a prefix shared by several requests is attended once
+    per group), "cpu" (decode rows by agentrt's C++ kernel), "flashinfer", "flashinfer_cascade"
+    (CUDA, float16/bfloat16). "auto" = "flashinfer" on CUDA in float16/bfloat16 when FlashInfer
+    is installed, else "torch"."""
     fused_ops: bool | None = None
     """Run RMSNorm, RoPE and (with the "torch" backend, which then becomes "cpu") decode
     attention as agentrt's C++ ops (``agentrt_kernels.cpu.decode_ops``): fewer, larger calls
     per decode step. None = on with int8/int4 weights, off otherwise (the float model then
-    keeps torch's exact arithmetic)."""
+    keeps torch's exact arithmetic). CPU only."""
+    enforce_eager: bool = False
+    """CUDA: run every decode step eagerly. Otherwise decode steps of up to
+    :attr:`cuda_graph_batch_sizes` requests (padded to the next captured size) replay CUDA
+    graphs captured after warm-up; prefill is always eager. Ignored on CPU."""
     num_threads: int | None = None
     """torch intra-op threads; None = leave torch's default."""
     interception_handling: str = "least-waste"
@@ -63,16 +86,83 @@ class EngineConfig:
     policies (refined online from every step)."""
 
     @property
+    def resolved_device(self) -> str:
+        """``device`` resolved: "cpu" or "cuda:N". Raises ValueError for a CUDA device this
+        machine does not have."""
+        if self.device == "cpu":
+            return "cpu"
+        import torch
+
+        if self.device == "auto":
+            if self._needs_cpu or not torch.cuda.is_available():
+                return "cpu"
+            return f"cuda:{torch.cuda.current_device()}"
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={self.device!r} but torch sees no CUDA GPU "
+                               f"(torch {torch.__version__}, CUDA build: {torch.version.cuda})")
+        index = int(self.device.partition(":")[2] or torch.cuda.current_device())
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device={self.device!r} but torch sees "
+                               f"{torch.cuda.device_count()} CUDA GPU(s)")
+        return f"cuda:{index}"
+
+    @property
+    def resolved_dtype(self) -> str:
+        """``dtype`` resolved: float32 on CPU; bfloat16 (float16 where unsupported) on CUDA."""
+        if self.dtype != "auto":
+            return self.dtype
+        device = self.resolved_device
+        if device == "cpu":
+            return "float32"
+        import torch
+
+        with torch.cuda.device(device):
+            return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+    @property
     def uses_fused_ops(self) -> bool:
         """``fused_ops`` resolved: as given, or on for quantized weights."""
         return self.fused_ops if self.fused_ops is not None else self.quantization != "none"
 
     @property
     def resolved_attention_backend(self) -> str:
-        """``attention_backend``, with "torch" becoming "cpu" when fused ops are on."""
-        if self.attention_backend == "torch" and self.uses_fused_ops:
+        """``attention_backend`` resolved: "auto" becomes "flashinfer" on CUDA in float16 or
+        bfloat16 when FlashInfer is installed, "torch" otherwise; "torch" becomes "cpu" when
+        fused ops are on."""
+        name = self.attention_backend
+        if name == "auto":
+            name = "torch"
+            if self.device != "cpu" and self.resolved_device != "cpu" and \
+                    self.resolved_dtype in ("float16", "bfloat16"):
+                import importlib.util
+
+                if importlib.util.find_spec("flashinfer") is not None:
+                    name = "flashinfer"
+        if name == "torch" and self.uses_fused_ops:
             return "cpu"
-        return self.attention_backend
+        return name
+
+    @property
+    def cuda_graph_batch_sizes(self) -> tuple[int, ...]:
+        """Decode batch sizes captured as CUDA graphs: 1, 2, 4, 8, then multiples of 8 up to
+        ``max_num_seqs`` (capped at 256); () with ``enforce_eager``."""
+        if self.enforce_eager:
+            return ()
+        top = min(self.max_num_seqs, 256)
+        sizes = (1, 2, 4, *range(8, 264, 8))
+        covering = next(s for s in sizes if s >= top)
+        return tuple(s for s in sizes if s <= covering)
+
+    @property
+    def _needs_cpu(self) -> str | None:
+        """The CPU-only option this config asks for, if any."""
+        if self.quantization in CPU_ONLY_QUANTIZATIONS:
+            return f"quantization={self.quantization!r}"
+        if self.fused_ops:
+            return "fused_ops=True"
+        if self.attention_backend == "cpu":
+            return "attention_backend='cpu'"
+        return None
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -85,17 +175,28 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"unknown dtype {self.dtype!r}")
+        self._check_device()
         self._check_policies()
         from agentrt.attention import BACKENDS
         from agentrt.models.linear import LINEARS
 
-        if self.attention_backend not in BACKENDS:
+        if self.attention_backend != "auto" and self.attention_backend not in BACKENDS:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; "
-                             f"choose from {sorted(BACKENDS)}")
+                             f"choose from {['auto', *sorted(BACKENDS)]}")
 
         if self.quantization not in LINEARS:
             raise ValueError(f"unknown quantization {self.quantization!r}; "
                              f"choose from {sorted(LINEARS)}")
+
+    def _check_device(self) -> None:
+        if not isinstance(self.device, str) or not DEVICE_PATTERN.fullmatch(self.device):
+            raise ValueError(f"unknown device {self.device!r}; choose from 'auto', 'cpu', "
+                             "'cuda', 'cuda:N'")
+        cpu_only = self._needs_cpu
+        if self.device.startswith("cuda") and cpu_only:
+            raise ValueError(f"{cpu_only} runs on agentrt's CPU kernels only (no dequantizing "
+                             f"at load); with device={self.device!r} leave it out (quantization="
+                             "'none' keeps the weights in dtype), or use device='cpu'")
 
     def _check_policies(self) -> None:
         from agentrt.intercept import HANDLINGS, POLICIES

@@ -2,8 +2,13 @@
 
 The metadata is exactly what FlashInfer's paged wrappers take (``qo_indptr``, ``kv_indptr``,
 ``kv_indices``, ``kv_last_page_len``, page size), plus the flat slot of every new token for the
-append. The model runner builds it once per step; ``plan`` is called once per step and
-``forward`` once per layer, the same plan/run split FlashInfer uses.
+append. The model runner builds it once per step, on the host (FlashInfer's ``plan`` reads its
+page table on the host too); ``plan`` is called once per step and copies what the kernels read
+to the cache's device, ``forward`` once per layer: the same plan/run split FlashInfer uses.
+
+Decode steps replayed as CUDA graphs plan with :meth:`AttentionBackend.plan_decode_graph`
+instead: their page table goes into fixed buffers allocated once per batch size, so the
+captured kernels read the current step's pages.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ __all__ = ["AttentionBackend", "AttentionMetadata", "KVCacheTensors"]
 
 @dataclass(frozen=True)
 class AttentionMetadata:
-    """Paged-KV layout of one step's batch (all int32 tensors on the cache's device).
+    """Paged-KV layout of one step's batch (int32 tensors on the host; ``slot_mapping`` int64).
 
     Sequence ``i`` owns query rows ``qo_indptr[i]:qo_indptr[i+1]`` of the flattened batch and
     pages ``kv_indices[kv_indptr[i]:kv_indptr[i+1]]``; its last page holds
@@ -48,11 +53,24 @@ class AttentionMetadata:
 class AttentionBackend(ABC):
     """Computes attention over the paged KV cache for one step's flattened batch."""
 
+    supports_decode_graphs = False
+    """Whether decode steps planned with :meth:`plan_decode_graph` can be captured as CUDA
+    graphs (their kernels read only fixed buffers and never sync with the host)."""
+
     def __init__(self, kv: KVCacheTensors, num_heads: int, head_dim: int) -> None:
         self.kv = kv
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.scale = head_dim**-0.5
+
+    def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_num_pages: int) -> None:
+        """Allocate, once, fixed buffers for decode steps of exactly these batch sizes."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run decode steps as graphs")
+
+    def plan_decode_graph(self, meta: AttentionMetadata) -> None:
+        """Like :meth:`plan`, for a decode step of one of the enabled batch sizes: the page
+        table is copied into that size's fixed buffers, which ``forward`` then reads."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run decode steps as graphs")
 
     @abstractmethod
     def plan(self, meta: AttentionMetadata) -> None:

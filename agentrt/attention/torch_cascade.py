@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from agentrt.attention.base import AttentionMetadata
-from agentrt.attention.cascade import CascadeSplit, PagedLevel, merge_state, split_cascade
-from agentrt.attention.torch_ref import TorchRefBackend, _sequence_slots
+from agentrt.attention.cascade import PagedLevel, merge_state, split_cascade
+from agentrt.attention.torch_ref import TorchRefBackend, _moved, _sequence_slots, _to_device
 
 __all__ = ["TorchCascadeBackend", "attention_with_lse"]
 
@@ -39,25 +39,34 @@ class TorchCascadeBackend(TorchRefBackend):
         super().__init__(kv, num_heads, head_dim)
         self.num_cascade_steps = 0
         """Steps planned with at least one shared group (observability and tests)."""
-        self._split: CascadeSplit | None = None
+        self._is_cascade = False
+        self._row_order: torch.Tensor | None = None
 
     def plan(self, meta: AttentionMetadata) -> None:
-        self._split = split_cascade(meta)
-        if self._split is None:
+        split = split_cascade(meta)
+        self._is_cascade = split is not None
+        if split is None:
             super().plan(meta)
             return
         self.num_cascade_steps += 1
         self._slot_mapping = meta.slot_mapping
-        self._levels = [_plan_level(level) for level in self._split.levels]
+        self._levels = [_plan_level(level) for level in split.levels]
+        self._row_order = split.row_order
+        device = self.kv.k.device
+        if device.type != "cpu":  # a CUDA cache: the planned indices go to it once
+            self._slot_mapping = _to_device(self._slot_mapping, device)
+            self._levels = [[_moved(b, device) for b in blocks] for blocks in self._levels]
+            if split.row_order is not None:
+                self._row_order = _to_device(split.row_order, device)
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor) -> torch.Tensor:
-        if self._split is None:
+        if not self._is_cascade:
             return super().forward(layer, q, k, v)
         k_slots, v_slots = self.kv.layer_slots(layer)
         k_slots.index_copy_(0, self._slot_mapping, k)
         v_slots.index_copy_(0, self._slot_mapping, v)
-        order = self._split.row_order
+        order = self._row_order
         qq = q if order is None else q.index_select(0, order)
         shared, unique = (self._attend_level(blocks, qq, k_slots, v_slots)
                           for blocks in self._levels)

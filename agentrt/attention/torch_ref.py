@@ -1,13 +1,15 @@
 """Torch reference attention over paged KV, driven by FlashInfer-style metadata.
 
-It is the CPU backend and the reference a GPU backend is checked against. ``plan`` turns the
-page lists into slot indices once per step: decode rows (one query token) are grouped into one
-padded, masked batch; each prefill chunk attends on its own with a bottom-right causal mask.
+It is the CPU backend, the reference a GPU backend is checked against, and the CUDA fallback
+when FlashInfer is not installed. ``plan`` turns the page lists into slot indices once per step
+(on the host; on CUDA the results are copied to the device once): decode rows (one query token)
+are grouped into one padded, masked batch; each prefill chunk attends on its own with a
+bottom-right causal mask.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +53,15 @@ class TorchRefBackend(AttentionBackend):
             for i in range(meta.num_seqs)
             if qo[i + 1] - qo[i] > 1
         ]
+        if self.kv.k.device.type != "cpu":
+            self._move_plan(self.kv.k.device)
+
+    def _move_plan(self, device: torch.device) -> None:
+        """Copy this step's planned index tensors to ``device`` (a CUDA cache)."""
+        self._slot_mapping = _to_device(self._slot_mapping, device)
+        if self._decode is not None:
+            self._decode = _moved(self._decode, device)
+        self._prefill = [_moved(seq, device) for seq in self._prefill]
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor) -> torch.Tensor:
@@ -94,6 +105,17 @@ class TorchRefBackend(AttentionBackend):
             enable_gqa=True,
         )
         return o[0].transpose(0, 1)
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t.pin_memory().to(device, non_blocking=True) if t.device.type == "cpu" else t
+
+
+def _moved(plan, device: torch.device):
+    """The dataclass ``plan`` with its tensor fields on ``device``."""
+    return replace(plan, **{f.name: _to_device(getattr(plan, f.name), device)
+                            for f in fields(plan)
+                            if isinstance(getattr(plan, f.name), torch.Tensor)})
 
 
 def _sequence_slots(meta: AttentionMetadata, lens: list[int]) -> list[torch.Tensor]:

@@ -4,6 +4,11 @@ One ``step`` is: schedule → run the model on the scheduled chunks → sample f
 reached the end of their request → append, detokenize, check stops, call hooks → finish,
 pause or keep running. :class:`agentrt.Engine` wraps this core with a driver thread and the
 sync/async generate and stream calls.
+
+Everything the engine owns in tensors lives on ``config.resolved_device``: weights, the KV
+pool, each step's inputs and attention plan, logits and sampling state; only the host KV pool
+(pinned on CUDA) is on the CPU. On CUDA, decode steps replay CUDA graphs captured after the
+warm-up unless ``enforce_eager``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_hol
 from agentrt.core.kv_tensors import KVCacheTensors
 from agentrt.core.request import Pause, Request, RequestStatus
 from agentrt.core.sampling_params import SamplingParams
+from agentrt.engine.cuda_graph import DecodeGraphs
 from agentrt.engine.model_runner import ModelRunner
 from agentrt.engine.sampler import Sampled, sample
 from agentrt.intercept import CostModel, ForwardTimeFit, Strategy, get_policy
@@ -72,10 +78,11 @@ class StepUpdate:
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        self.device = torch.device(config.resolved_device)
         self._init_threads()
         self._init_model()
         self._init_kv()
-        self.runner = ModelRunner(self.model, self.backend, config.block_size)
+        self.runner = ModelRunner(self.model, self.backend, config.block_size, self.device)
         self.requests: dict[str, Request] = {}
         self._last_batch_tokens = 1
         self.last_step_idle = False
@@ -83,6 +90,7 @@ class LLMEngine:
         self._init_scheduling()
         if config.profile_on_start:
             self._profile()
+        self._init_cuda_graphs()
 
     # --- construction ----------------------------------------------------------------------
     def _init_threads(self) -> None:
@@ -90,9 +98,9 @@ class LLMEngine:
             torch.set_num_threads(self.config.num_threads)
 
     def _init_model(self) -> None:
-        dtype = _DTYPES["float32" if self.config.dtype == "auto" else self.config.dtype]
+        dtype = _DTYPES[self.config.resolved_dtype]
         loaded = load_model(self.config.model, dtype, self.config.quantization,
-                            fused_ops=self.config.uses_fused_ops)
+                            fused_ops=self.config.uses_fused_ops, device=self.device)
         self.model_path, self.model_config = loaded.path, loaded.config
         self.model, self.tokenizer, self.dtype = loaded.model, loaded.tokenizer, dtype
         self.eos_token_ids = set(loaded.config.eos_token_ids)
@@ -105,11 +113,15 @@ class LLMEngine:
         page_bytes *= self.dtype.itemsize
         num_blocks = c.num_blocks or max(1, int(c.kv_cache_gb * 2**30 // page_bytes))
         shape = (mc.num_layers, num_blocks, c.block_size, mc.num_kv_heads, mc.head_dim)
-        self.kv_tensors = KVCacheTensors.allocate(*shape, dtype=self.dtype)
+        self.kv_tensors = KVCacheTensors.allocate(*shape, dtype=self.dtype, device=self.device)
         host = None
         if c.host_kv_cache_gb > 0:
             host_blocks = max(1, int(c.host_kv_cache_gb * 2**30 // page_bytes))
-            host = KVCacheTensors.allocate(mc.num_layers, host_blocks, *shape[2:], self.dtype)
+            if self.device.type == "cpu":
+                host = KVCacheTensors.allocate(mc.num_layers, host_blocks, *shape[2:], self.dtype)
+            else:  # pinned and page-major: swaps are async copies on a side stream
+                host = KVCacheTensors.allocate_host(mc.num_layers, host_blocks, *shape[2:],
+                                                    self.dtype, pin_memory=True)
         self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache)
         backend = get_backend(c.resolved_attention_backend)
         self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
@@ -135,13 +147,25 @@ class LLMEngine:
         self.scheduler.swap_in = self.interceptions.swap_in
         self.stats = EngineStats(interceptions=self.interceptions.stats)
 
+    def _init_cuda_graphs(self) -> None:
+        """Capture decode steps as CUDA graphs (after the warm-up of ``_profile``), on CUDA
+        with a backend whose kernels can be captured, unless ``enforce_eager``."""
+        sizes = self.config.cuda_graph_batch_sizes
+        backend = self.backend
+        if self.device.type != "cuda" or not sizes or not backend.supports_decode_graphs:
+            return
+        pad_page = self.kv.pool.allocate(1)[0]  # NOTE: never freed; padded rows write here
+        self.runner.graphs = DecodeGraphs(self.model, backend, sizes, pad_page,
+                                          self.kv_tensors.num_pages, self.device)
+
     def _measure_swap(self) -> float:
         """Seconds per token to copy KV to the host pool (inf without one)."""
         if self.kv.host is None:
             return float("inf")
         n = min(4, self.kv.host.num_pages, self.kv_tensors.num_pages)
         t0 = time.perf_counter()
-        self.kv_tensors.copy_pages(self.kv.host, list(range(n)), list(range(n)))
+        self.kv.copier.swap_out(self.kv_tensors, self.kv.host, list(range(n)), list(range(n)))
+        self.kv.copier.synchronize()
         return (time.perf_counter() - t0) / (n * self.config.block_size)
 
     def _profile(self) -> None:
@@ -299,6 +323,7 @@ class LLMEngine:
         finished and carries the ``error``. Anything else that raises fails the whole step.
         """
         running_tokens = self.scheduler.num_running_tokens
+        self.kv.reap()
         self.interceptions.begin_step(self._last_batch_tokens, running_tokens,
                                       self.scheduler.largest_swap_in)
         out = self.scheduler.schedule()

@@ -1,8 +1,10 @@
 """ModelRunner: turns a scheduled step into tensors, runs the forward pass, returns logits.
 
 It flattens every chunk's tokens into one batch, computes their positions and KV slots from
-the block tables, builds the FlashInfer-style paged metadata for the attention backend, and
-computes logits only for the chunks that end in a sample.
+the block tables, builds the FlashInfer-style paged metadata for the attention backend (on the
+host: it is the plan's input), and computes logits only for the chunks that end in a sample.
+On CUDA the token ids and positions go to the device through pinned memory, and a decode step
+that fits a captured size replays a CUDA graph (:mod:`agentrt.engine.cuda_graph`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from agentrt.attention.base import AttentionBackend, AttentionMetadata
+from agentrt.engine.cuda_graph import DecodeGraphs
 from agentrt.models.llama import LlamaModel
 from agentrt.scheduler.output import SchedulerOutput
 
@@ -43,10 +46,14 @@ def build_metadata(out: SchedulerOutput, page_size: int) -> tuple[AttentionMetad
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, backend: AttentionBackend, page_size: int) -> None:
+    def __init__(self, model: LlamaModel, backend: AttentionBackend, page_size: int,
+                 device: str | torch.device = "cpu") -> None:
         self.model = model
         self.backend = backend
         self.page_size = page_size
+        self.device = torch.device(device)
+        self.graphs: DecodeGraphs | None = None
+        """Captured decode steps (CUDA, unless ``enforce_eager``); None = all steps eager."""
         model.attn = backend
 
     def run(self, out: SchedulerOutput) -> torch.Tensor:
@@ -60,10 +67,21 @@ class ModelRunner:
             if chunk.samples:
                 sample_rows.append(len(ids) - 1)
         meta, positions = build_metadata(out, self.page_size)
-        self.backend.plan(meta)
-        hidden = self.model.forward(torch.tensor(ids, dtype=torch.int64), positions)
+        input_ids = torch.tensor(ids, dtype=torch.int64)
+        batch_size = self.graphs.padded_size(meta) if self.graphs is not None else None
+        if batch_size is not None:
+            hidden = self.graphs.run(input_ids, positions, meta, batch_size)
+        else:
+            self.backend.plan(meta)
+            hidden = self.model.forward(self._to_device(input_ids), self._to_device(positions))
         if not sample_rows:
             return hidden.new_empty((0, 0), dtype=torch.float32)
         if len(sample_rows) != hidden.shape[0]:
-            hidden = hidden[torch.tensor(sample_rows)]
+            hidden = hidden[self._to_device(torch.tensor(sample_rows))]
         return self.model.logits(hidden)
+
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the model's device (pinned, then an asynchronous copy)."""
+        if self.device.type == "cpu":
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)

@@ -1,7 +1,9 @@
 """Sampler: greedy, temperature, top-k, top-p with per-request seeded generators; logprobs.
 
 A request's ``logits_processor`` (grammar-constrained decoding) reshapes its row first, so
-greedy, sampling and logprobs all see the processed distribution.
+greedy, sampling and logprobs all see the processed distribution. Everything runs on the
+logits' device (a request's generator is created there); only the chosen token ids and
+logprobs come back to the host.
 
 Rows fail alone: a processor or a row's sampling that raises is reported for that row in
 :attr:`Sampled.errors` (the engine aborts that request) while the other rows get their tokens.
@@ -79,7 +81,7 @@ def _sample_row(row: torch.Tensor, req: Request) -> int:
         drop = cum - sorted_logits.softmax(-1) >= p.top_p  # keep the token that crosses p
         row = row.scatter(0, order[drop], float("-inf"))
     if req.generator is None:
-        req.generator = torch.Generator()
+        req.generator = torch.Generator(row.device)
         if p.seed is not None:
             req.generator.manual_seed(p.seed)
         else:

@@ -4,7 +4,9 @@ It owns the device block pool, the radix prefix cache and the host pool, and kee
 request's block table consistent with them. The scheduler calls, in this order:
 ``match_prefix`` once when a request is first admitted, ``allocate`` before every step that
 computes tokens for it, and ``free`` when it finishes, is preempted or is aborted.
-``swap_out``/``swap_in`` move a paused request's KV to the host pool and back.
+``swap_out``/``swap_in`` move a paused request's KV to the host pool and back, through a
+:class:`~agentrt.kvcache.transfer.PageCopier` (on CUDA: a side stream; the device pages of a
+swap-out stay allocated until its copy has completed, see :meth:`reap`).
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from agentrt.core.kv_tensors import KVCacheTensors
 from agentrt.core.request import Request
 from agentrt.kvcache.block_pool import BlockPool
 from agentrt.kvcache.radix_cache import RadixCache
+from agentrt.kvcache.transfer import PageCopier, make_copier
 
 __all__ = ["KVCacheManager"]
 
 
 class KVCacheManager:
     def __init__(self, device: KVCacheTensors, host: KVCacheTensors | None = None,
-                 enable_prefix_cache: bool = True) -> None:
+                 enable_prefix_cache: bool = True, copier: PageCopier | None = None) -> None:
         self.device = device
         self.block_size = device.page_size
         self.pool = BlockPool(device.num_pages, self.block_size)
@@ -28,12 +31,38 @@ class KVCacheManager:
         self.host = host
         self.host_pool = BlockPool(host.num_pages, self.block_size) if host is not None else None
         self._swapped: dict[str, list[int]] = {}
+        self.copier = copier or make_copier(device, host)
+        self._copying: list[tuple[object, list[int]]] = []
+        """(event, device blocks) of swap-outs still copying; the blocks are held till done."""
 
     # --- capacity --------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        """Blocks free now plus blocks the prefix cache would give up on demand."""
-        return self.pool.num_free + self.cache.num_evictable_blocks
+        """Blocks free now, blocks the prefix cache would give up on demand, and blocks of
+        swap-outs still copying (free once their copy completes)."""
+        copying = sum(len(blocks) for _, blocks in self._copying)
+        return self.pool.num_free + self.cache.num_evictable_blocks + copying
+
+    def reap(self, wait: bool = False) -> None:
+        """Release the device blocks of swap-outs whose copy has completed (with ``wait``,
+        of all of them, waiting for the copies)."""
+        if wait and self._copying:
+            self.copier.synchronize()
+        pending = []
+        for done, blocks in self._copying:
+            if wait or done.query():
+                self.pool.decref(blocks)
+            else:
+                pending.append((done, blocks))
+        self._copying = pending
+
+    def _make_room(self, need: int) -> bool:
+        """Free blocks until ``need`` are free: finished swap-outs, then the prefix cache."""
+        if self.pool.num_free < need and self._copying:
+            self.reap(wait=self.pool.num_free + self.cache.num_evictable_blocks < need)
+        if self.pool.num_free < need:
+            self.cache.evict(need - self.pool.num_free)
+        return self.pool.num_free >= need
 
     def blocks_needed(self, req: Request, num_new_tokens: int) -> int:
         total = req.num_computed_tokens + num_new_tokens
@@ -62,10 +91,8 @@ class KVCacheManager:
         need = self.blocks_needed(req, num_new_tokens)
         if need == 0:
             return True
-        if self.pool.num_free < need:
-            self.cache.evict(need - self.pool.num_free)
-            if self.pool.num_free < need:
-                return False
+        if not self._make_room(need):
+            return False
         req.block_table.extend(self.pool.allocate(need))
         return True
 
@@ -100,7 +127,10 @@ class KVCacheManager:
         if self.is_swapped(req):
             raise RuntimeError(f"request {req.request_id!r} is already swapped out")
         host_blocks = self.host_pool.allocate(len(req.block_table))
-        self.device.copy_pages(self.host, req.block_table, host_blocks)
+        done = self.copier.swap_out(self.device, self.host, req.block_table, host_blocks)
+        if done is not None:  # NOTE: hold the device blocks until the copy has read them
+            self.pool.incref(req.block_table)
+            self._copying.append((done, list(req.block_table)))
         self._swapped[req.request_id] = host_blocks
         self.free(req, cache=False)
 
@@ -110,12 +140,10 @@ class KVCacheManager:
     def swap_in(self, req: Request) -> bool:
         """Bring ``req``'s KV back from the host pool into new device blocks."""
         host_blocks = self._swapped[req.request_id]
-        if self.pool.num_free < len(host_blocks):
-            self.cache.evict(len(host_blocks) - self.pool.num_free)
-        if self.pool.num_free < len(host_blocks):
+        if not self._make_room(len(host_blocks)):
             return False
         req.block_table = self.pool.allocate(len(host_blocks))
-        self.host.copy_pages(self.device, host_blocks, req.block_table)
+        self.copier.swap_in(self.host, self.device, host_blocks, req.block_table)
         self.host_pool.decref(self._swapped.pop(req.request_id))
         return True
 

@@ -52,14 +52,15 @@ def load_tokenizer(folder: Path):
 
 
 def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float32,
-               quantization: str = "none", fused_ops: bool = False) -> LoadedModel:
+               quantization: str = "none", fused_ops: bool = False,
+               device: str | torch.device = "cpu") -> LoadedModel:
     """Resolve ``model`` (see :func:`resolve_model`), read its weights and tokenizer;
     ``quantization`` names the linear layers' weight format (``LINEARS``); ``fused_ops`` runs
-    RMSNorm and RoPE as agentrt's C++ ops."""
+    RMSNorm and RoPE as agentrt's C++ ops; the weights are moved to ``device`` as they load."""
     folder = resolve_model(model)
     config = ModelConfig.from_folder(folder)
     weights = _read_safetensors(folder)
-    net = LlamaModel(config, weights, dtype, quantization, fused_ops)
+    net = LlamaModel(config, weights, dtype, quantization, fused_ops, device)
     return LoadedModel(folder, config, net, load_tokenizer(folder))
 
 

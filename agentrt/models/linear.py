@@ -57,7 +57,8 @@ class SmallBatchLinear:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         self.weight, self.bias = weight, bias
-        self.packed = _pack(weight) if weight.dtype == torch.float32 else None
+        on_cpu = weight.dtype == torch.float32 and weight.device.type == "cpu"
+        self.packed = _pack(weight) if on_cpu else None
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         if self.packed is not None and self.MIN_ROWS <= h.shape[0] <= self.MAX_ROWS:

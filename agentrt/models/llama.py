@@ -58,9 +58,11 @@ class LlamaModel:
     """Weights plus the forward pass; attention goes through an :class:`AttentionBackend`."""
 
     def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 quantization: str = "none", fused_ops: bool = False):
+                 quantization: str = "none", fused_ops: bool = False,
+                 device: str | torch.device = "cpu"):
         self.config = config
         self.dtype = dtype
+        self.device = torch.device(device)
         self.quantization = quantization
         self._norm, self._add_norm, self._rope = rms_norm, add_rms_norm, apply_rope
         self._silu_mul = silu_mul
@@ -73,7 +75,7 @@ class LlamaModel:
         cos, sin = rope_tables(
             config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
         )
-        self.cos, self.sin = cos.to(dtype), sin.to(dtype)
+        self.cos, self.sin = cos.to(self.device, dtype), sin.to(self.device, dtype)
         self.attn: AttentionBackend | None = None
 
     def _init_weights(self, w: dict[str, torch.Tensor]) -> None:
@@ -81,7 +83,7 @@ class LlamaModel:
         linear = get_linear(self.quantization, self.dtype)
 
         def get(name: str) -> torch.Tensor:
-            return w[name].to(self.dtype).contiguous()
+            return w[name].to(self.device, self.dtype).contiguous()
 
         def opt(name: str) -> torch.Tensor | None:
             return get(name) if name in w else None

@@ -7,6 +7,13 @@ variant, when requests share prefix pages — ``MultiLevelCascadeAttentionWrappe
 (once per layer) appends the new K/V with ``append_paged_kv_cache`` and runs the planned
 wrapper. All wrappers share one workspace buffer; only one runs per step.
 
+Decode steps can also run as CUDA graphs (:meth:`FlashInferBackend.enable_decode_graphs`):
+each graph batch size gets fixed page-table buffers and a ``BatchDecodeWithPagedKVCacheWrapper``
+built with ``use_cuda_graph=True`` over them; ``plan_decode_graph`` (outside the graph) plans
+into those buffers, and ``forward`` (inside it) appends and attends through them only. Such
+steps use the plain decode wrapper even in the cascade variant, whose shared-prefix levels
+then serve the eager steps (prefill, mixed, or every step with ``enforce_eager``).
+
 ``flashinfer`` is imported when a backend is built, never at import time. Without it, or with
 a KV cache FlashInfer cannot serve (on CPU, or float32), ``impl="auto"`` falls back with a
 warning to the ``ref_*`` torch twins, which read exactly the same arguments;
@@ -16,6 +23,7 @@ warning to the ``ref_*`` torch twins, which read exactly the same arguments;
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
 
@@ -35,7 +43,8 @@ from agentrt_kernels.paged import (
     ref_batch_prefill,
 )
 
-__all__ = ["FlashInferBackend", "FlashInferCascadeBackend", "load_flashinfer"]
+__all__ = ["DecodeGraphBuffers", "FlashInferBackend", "FlashInferCascadeBackend",
+           "load_flashinfer"]
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 """Float workspace for split-KV partial results (FlashInfer's recommended 128 MB)."""
@@ -68,8 +77,30 @@ class FlashInferBackend(AttentionBackend):
         """Plan the cascade wrapper when requests in a step share prefix pages."""
         self.num_cascade_steps = 0
         self.kernels = _load_kernels(impl, kv, workspace_bytes)
+        self.graph_buffers: dict[int, DecodeGraphBuffers] = {}
+        self._graph: DecodeGraphBuffers | None = None
+
+    @property
+    def supports_decode_graphs(self) -> bool:  # type: ignore[override]
+        """True on FlashInfer's kernels. The reference twins also implement the fixed-buffer
+        decode path (run eagerly, a CPU check of it) but cannot be captured."""
+        return isinstance(self.kernels, _FlashInferKernels)
+
+    def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_num_pages: int) -> None:
+        device = self.kv.k.device
+        for bs in batch_sizes:
+            buffers = DecodeGraphBuffers.allocate(bs, max_num_pages, self.kv.page_size, device)
+            self.graph_buffers[bs] = buffers
+            self.kernels.add_graph_decode(buffers)
+
+    def plan_decode_graph(self, meta: AttentionMetadata) -> None:
+        buffers = self.graph_buffers[meta.num_seqs]
+        buffers.fill(meta)
+        self._graph = buffers
+        self.kernels.plan_graph(buffers, flashinfer_plan_args(meta, self.heads))  # host table
 
     def plan(self, meta: AttentionMetadata) -> None:
+        self._graph = None
         device = self.kv.k.device
         self._append = append_indices(meta).to(device)
         self._table = PagedLevel.from_metadata(meta).to(device)
@@ -86,6 +117,10 @@ class FlashInferBackend(AttentionBackend):
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor) -> torch.Tensor:
         cache = (self.kv.k[layer], self.kv.v[layer])  # NHD: (P, page_size, KVH, D) each
+        if self._graph is not None:  # NOTE: reads only the fixed buffers (capturable)
+            g = self._graph
+            self.kernels.append(k, v, g.append_indices, cache, g.table)
+            return self.kernels.run_graph(g, q, cache)
         self.kernels.append(k, v, self._append, cache, self._table)
         order = self._row_order
         if order is None:
@@ -105,6 +140,55 @@ class FlashInferCascadeBackend(FlashInferBackend):
                          workspace_bytes=workspace_bytes)
 
 
+@dataclass(frozen=True)
+class DecodeGraphBuffers:
+    """The fixed tensors a captured decode step of ``batch_size`` rows reads: its page table
+    (what a CUDA-graph ``BatchDecodeWithPagedKVCacheWrapper`` is built over) and the append
+    indices. Row ``i`` is sequence ``i``, so ``batch_indices`` never changes."""
+
+    batch_size: int
+    page_size: int
+    qo_indptr: torch.Tensor  # (B + 1,) int32 = arange(B + 1)
+    kv_indptr: torch.Tensor  # (B + 1,) int32
+    kv_indices: torch.Tensor  # (max_num_pages,) int32
+    kv_last_page_len: torch.Tensor  # (B,) int32
+    batch_indices: torch.Tensor  # (B,) int32 = arange(B)
+    positions: torch.Tensor  # (B,) int32: where each row's new token goes in its KV
+
+    @classmethod
+    def allocate(cls, batch_size: int, max_num_pages: int, page_size: int,
+                 device: str | torch.device) -> DecodeGraphBuffers:
+        def zeros(n: int) -> torch.Tensor:
+            return torch.zeros(n, dtype=torch.int32, device=device)
+
+        rows = torch.arange(batch_size + 1, dtype=torch.int32, device=device)
+        return cls(batch_size, page_size, rows, zeros(batch_size + 1), zeros(max_num_pages),
+                   zeros(batch_size), rows[:-1], zeros(batch_size))
+
+    @property
+    def table(self) -> PagedLevel:
+        """The page table as a level (one query row per entry) over the buffers."""
+        return PagedLevel(self.qo_indptr, self.kv_indptr, self.kv_indices,
+                          self.kv_last_page_len, self.page_size, causal=True)
+
+    @property
+    def append_indices(self) -> AppendIndices:
+        return AppendIndices(self.batch_indices, self.positions)
+
+    def fill(self, meta: AttentionMetadata) -> None:
+        """Copy a decode step's page table (host tensors) into the buffers."""
+        if meta.num_seqs != self.batch_size or int(meta.qo_indptr[-1]) != self.batch_size:
+            raise ValueError(f"a graph decode step of {self.batch_size} rows got "
+                             f"{meta.num_seqs} sequences, {int(meta.qo_indptr[-1])} rows")
+        n = meta.kv_indices.numel()
+        if n > self.kv_indices.numel():
+            raise ValueError(f"{n} pages exceed the graph's {self.kv_indices.numel()}")
+        self.kv_indptr.copy_(meta.kv_indptr, non_blocking=True)
+        self.kv_indices[:n].copy_(meta.kv_indices, non_blocking=True)
+        self.kv_last_page_len.copy_(meta.kv_last_page_len, non_blocking=True)
+        self.positions.copy_(append_indices(meta).positions, non_blocking=True)
+
+
 class _FlashInferKernels:
     """The real wrappers; one float workspace shared by all of them."""
 
@@ -114,6 +198,23 @@ class _FlashInferKernels:
         self.prefill = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, KV_LAYOUT)
         self.decode = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, KV_LAYOUT)
         self.cascade = fi.MultiLevelCascadeAttentionWrapper(2, workspace, KV_LAYOUT)
+        self.workspace = workspace
+        self.graph_decode: dict[int, object] = {}
+
+    def add_graph_decode(self, buffers: DecodeGraphBuffers) -> None:
+        """A CUDA-graph decode wrapper over ``buffers`` (its batch size is fixed)."""
+        self.graph_decode[buffers.batch_size] = self.fi.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, KV_LAYOUT, use_cuda_graph=True,
+            paged_kv_indptr_buffer=buffers.kv_indptr,
+            paged_kv_indices_buffer=buffers.kv_indices,
+            paged_kv_last_page_len_buffer=buffers.kv_last_page_len)
+
+    def plan_graph(self, buffers: DecodeGraphBuffers, step: PlanArgs) -> None:
+        call = step.decode_call()  # host page table; plan copies it into the buffers
+        self.graph_decode[buffers.batch_size].plan(*call.args, **call.kwargs)
+
+    def run_graph(self, buffers: DecodeGraphBuffers, q: torch.Tensor, cache) -> torch.Tensor:
+        return self.graph_decode[buffers.batch_size].run(q, cache)
 
     def plan(self, step: StepArgs) -> None:
         if isinstance(step, CascadePlanArgs):
@@ -138,6 +239,22 @@ class _ReferenceKernels:
 
     def plan(self, step: StepArgs) -> None:
         self._step = step
+
+    def add_graph_decode(self, buffers: DecodeGraphBuffers) -> None:
+        pass
+
+    def plan_graph(self, buffers: DecodeGraphBuffers, step: PlanArgs) -> None:
+        pass
+
+    def run_graph(self, buffers: DecodeGraphBuffers, q: torch.Tensor, cache) -> torch.Tensor:
+        """The decode wrapper's twin over the fixed buffers themselves (what a captured
+        graph reads); valid pages are those ``kv_indptr`` reaches."""
+        step = PlanArgs(buffers.table, self._heads(q, cache), is_decode=True)
+        return ref_batch_prefill(q, cache, step).out.to(q.dtype)
+
+    @staticmethod
+    def _heads(q: torch.Tensor, cache) -> HeadLayout:
+        return HeadLayout(q.shape[1], cache[0].shape[2], q.shape[2], cache[0].dtype)
 
     def append(self, k, v, idx: AppendIndices, cache, table: PagedLevel) -> None:
         ref_append_paged_kv_cache(k, v, idx.batch_indices, idx.positions, cache,
