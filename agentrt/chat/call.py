@@ -5,9 +5,10 @@ the grammar processor when tools or a response format are given); :func:`run_del
 :func:`arun_deltas` run it — as a fresh engine request, or, inside
 :func:`agentrt.session.agent_run`, as the next call of that run's session, which keeps the
 request's KV and appends only what the new prompt adds; :class:`ChatProgress` turns the
-stream deltas into answer text and tool calls through one
-:class:`~agentrt.chat.tool_calls.ToolCallStream`. ``ChatAgentRT``, ``AgentRT`` and
-``agentrt serve`` are thin adapters over this module.
+stream deltas into answer text, reasoning and tool calls through one
+:class:`~agentrt.chat.tool_calls.ToolCallStream` in the model family's tool-call format
+(:func:`~agentrt.chat.formats.detect_format`, from the chat template). ``ChatAgentRT``,
+``AgentRT`` and ``agentrt serve`` are thin adapters over this module.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentrt.chat.formats import (
+    HERMES,
+    Reasoning,
+    ToolCallFormat,
+    detect_format,
+    detect_reasoning,
+)
 from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, response_schema
 from agentrt.chat.template import render_prompt
 from agentrt.chat.tool_calls import InvalidToolCall, StreamPiece, ToolCall, ToolCallStream
@@ -46,6 +54,10 @@ class ChatCall:
     """The agent-run session serving this call (None: a request of its own)."""
     hook: Any = None
     """The run's engine hook for this call (partial tool execution), closed when it ends."""
+    tool_format: ToolCallFormat = HERMES
+    """How the model writes tool calls (what the grammar forces and the parser reads)."""
+    reasoning: Reasoning = "none"
+    """Whether the output may hold ``<think>`` reasoning (or starts inside it)."""
 
     @property
     def engine_request_id(self) -> str:
@@ -84,28 +96,39 @@ def prepare_chat(engine: Engine, messages: Sequence[Mapping[str, Any]], *,
                  stop: Sequence[str] = (), temperature: float = 0.0,
                  max_tokens: int | None = None, top_p: float = 1.0, top_k: int = 0,
                  seed: int | None = None, timeout: float | None = None,
-                 request_id: str | None = None) -> ChatCall:
+                 request_id: str | None = None,
+                 tool_format: str | ToolCallFormat | None = None,
+                 chat_template: str | None = None) -> ChatCall:
     """Render, tokenize and parameterize one call.
 
     ``messages`` and ``tools`` are in OpenAI's chat format; ``tool_choice`` is ``"auto"``
     (default), ``"none"``, ``"required"`` / ``"any"``, a tool's name or OpenAI's dict form;
     ``response_format`` is OpenAI's ``json_object`` / ``json_schema`` form. With
     ``constrained`` (the default) tool calls and JSON answers are grammar-constrained.
-    Raises ``ValueError`` for input the call cannot honour.
+    ``chat_template`` replaces the tokenizer's; ``tool_format`` (``"hermes"``, ``"llama3"``,
+    ``"mistral"``) overrides the one read from the template. Raises ``ValueError`` for input
+    the call cannot honour.
     """
     tools = list(tools)
     choice = normalize_tool_choice(tool_choice, [t["function"]["name"] for t in tools])
+    template = chat_template or engine.tokenizer
+    fmt = detect_format(template, tool_format)
     prompt = render_prompt(engine.tokenizer, messages, tools,
-                           system_note=_format_note(response_format))
+                           system_note=_format_note(response_format), tool_format=fmt,
+                           chat_template=chat_template)
+    reasoning = detect_reasoning(template, prompt)
     prompt_ids = engine.tokenizer.encode(prompt, add_special_tokens=False)
     processor = None
     if constrained:
-        processor = _output_processor(engine, tools, choice, response_format,
-                                      parallel_tool_calls)
+        tag = output_structural_tag(tools, choice, response_format,
+                                    parallel_tool_calls=parallel_tool_calls, tool_format=fmt,
+                                    reasoning=reasoning)
+        processor = _output_processor(engine, tag)
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=tuple(stop), logits_processor=processor,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
-    call = ChatCall(engine, prompt_ids, params, timeout=timeout)
+    call = ChatCall(engine, prompt_ids, params, timeout=timeout, tool_format=fmt,
+                    reasoning=reasoning)
     if request_id is not None:
         call.request_id = request_id
     return call
@@ -152,12 +175,13 @@ def _start(call: ChatCall, *, is_async: bool) -> Any:
 
 
 class ChatProgress:
-    """Accumulates one call's deltas into answer text and tool calls."""
+    """Accumulates one call's deltas into answer text, reasoning and tool calls."""
 
     def __init__(self, call: ChatCall) -> None:
         self.call = call
-        self.parser = ToolCallStream()
+        self.parser = ToolCallStream(call.tool_format, reasoning=call.reasoning)
         self._content: list[str] = []
+        self._reasoning: list[str] = []
         self.num_output_tokens = 0
         self.engine_finish_reason: str | None = None
         """The engine's reason (``stop``, ``length``, ``abort``); see :attr:`finish_reason`."""
@@ -170,14 +194,21 @@ class ChatProgress:
             self.engine_finish_reason = delta.finish_reason
             tail = self.parser.close()
             piece.content += tail.content
+            piece.reasoning_content += tail.reasoning_content
             piece.tool_call_chunks += tail.tool_call_chunks
         self._content.append(piece.content)
+        self._reasoning.append(piece.reasoning_content)
         return piece
 
     @property
     def content(self) -> str:
-        """The answer text so far (tool calls removed)."""
+        """The answer text so far (tool calls and reasoning removed)."""
         return "".join(self._content)
+
+    @property
+    def reasoning_content(self) -> str:
+        """The reasoning so far (the text of ``<think>`` blocks)."""
+        return "".join(self._reasoning)
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -201,9 +232,7 @@ class ChatProgress:
         return self.engine_finish_reason
 
 
-def _output_processor(engine: Engine, tools: list[dict[str, Any]], choice: str,
-                      response_format: dict[str, Any] | None, parallel: bool) -> Any:
-    tag = output_structural_tag(tools, choice, response_format, parallel_tool_calls=parallel)
+def _output_processor(engine: Engine, tag: dict[str, Any] | None) -> Any:
     if tag is not None:
         return _grammar_processor(engine, tag)
     scope = current_scope()

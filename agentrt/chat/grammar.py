@@ -1,14 +1,19 @@
 """What the model may write, as xgrammar structural tags and JSON schemas.
 
 With tools bound, decoding is constrained so that every tool call is written exactly as
-:func:`~agentrt.chat.tool_calls.format_tool_call` writes it, with arguments that match
-that tool's JSON schema:
+the model family's :class:`~agentrt.chat.formats.ToolCallFormat` writes it (and as its
+template shows it back), with arguments that match that tool's JSON schema:
 
-- ``tool_choice="auto"``: free text; once ``<tool_`` is written it must become
-  ``<tool_call>`` and a call to one of the tools (then free text again). Small models like to
-  imitate the tool's turn (``<tool_response>``); in free text, ``<tool_`` only opens a call.
+- ``tool_choice="auto"``: free text; once a call starts it must become a call to one of the
+  tools (then free text again). Hermes: a call starts at ``<tool_`` (small models like to
+  imitate the tool's turn, ``<tool_response>``; in free text, ``<tool_`` only opens a call);
+  Llama 3: at ``{"name": ``; Mistral: at ``[TOOL_CALLS]``, a list of calls.
 - ``"required"`` or one tool's name: nothing but calls (to that tool), at least one.
-- ``"none"``: free text without ``<tool_`` (no call can start).
+- ``"none"``: free text in which no call can start.
+
+A template with ``<think>`` reasoning may reason first: an output that starts inside a
+``<think>`` block (the prompt opened it) must close it before the answer, and with
+``"required"`` an optional ``<think>…</think>`` block may come before the calls.
 
 One call per message unless ``parallel_tool_calls=True`` (small models tend to repeat a call).
 Structured output (``response_format``, OpenAI's ``json_schema`` / ``json_object`` forms)
@@ -18,11 +23,10 @@ that JSON or tool calls.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentrt.chat.tool_calls import CLOSE_TAG, OPEN_TAG
+from agentrt.chat.formats import HERMES, THINK_CLOSE, THINK_OPEN, Reasoning, ToolCallFormat
 
 __all__ = [
     "ToolChoice",
@@ -68,19 +72,22 @@ def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> ToolCh
 
 def output_structural_tag(tools: Sequence[dict[str, Any]], tool_choice: ToolChoice,
                           response_format: dict[str, Any] | None = None, *,
-                          parallel_tool_calls: bool = False) -> dict[str, Any] | None:
+                          parallel_tool_calls: bool = False,
+                          tool_format: ToolCallFormat = HERMES,
+                          reasoning: Reasoning = "none") -> dict[str, Any] | None:
     """The xgrammar structural tag for the whole answer (None: nothing to constrain)."""
     if not tools and response_format is None:
         return None
+    options = {"parallel_tool_calls": parallel_tool_calls, "tool_format": tool_format}
     if response_format is None:
-        fmt = tool_call_format(tools, tool_choice, parallel_tool_calls=parallel_tool_calls)
+        fmt = tool_call_format(tools, tool_choice, **options)
     else:
         fmt = _json_format(response_schema(response_format))
         if tools and tool_choice != "none":
             calls_only = "required" if tool_choice == "auto" else tool_choice
-            calls = tool_call_format(tools, calls_only, parallel_tool_calls=parallel_tool_calls)
+            calls = tool_call_format(tools, calls_only, **options)
             fmt = calls if tool_choice != "auto" else {"type": "or", "elements": [calls, fmt]}
-    return {"type": "structural_tag", "format": fmt}
+    return {"type": "structural_tag", "format": _after_reasoning(fmt, tool_choice, reasoning)}
 
 
 def response_schema(response_format: dict[str, Any]) -> dict[str, Any] | None:
@@ -100,19 +107,65 @@ def response_schema(response_format: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def tool_call_format(tools: Sequence[dict[str, Any]], tool_choice: ToolChoice,
-                     *, parallel_tool_calls: bool = False) -> dict[str, Any]:
+                     *, parallel_tool_calls: bool = False,
+                     tool_format: ToolCallFormat = HERMES) -> dict[str, Any]:
     """The structural-tag ``format`` (see the module docstring for each choice)."""
+    if tool_format.name == HERMES.name:
+        return _hermes_format(tools, tool_choice, parallel_tool_calls)
+    if tool_choice == "none":
+        return {"type": "any_text", "excludes": _markers(tool_format)}
+    functions = _chosen(tools, tool_choice)
+    tags = [_call_tag(f, tool_format) for f in functions]
+    calls = {"type": "tags_with_separator", "tags": tags, "separator": tool_format.separator,
+             "at_least_one": True, "stop_after_first": not parallel_tool_calls}
+    if tool_format.is_list:  # one list of calls: [TOOL_CALLS] [call, call]
+        calls = {"type": "tag", "begin": tool_format.list_begin, "content": calls,
+                 "end": tool_format.list_end}
+    if tool_choice != "auto":
+        return calls
+    if tool_format.is_list:
+        return {"type": "triggered_tags", "triggers": list(tool_format.open_tags),
+                "tags": [calls], "stop_after_first": True}
+    return {"type": "triggered_tags", "triggers": list(tool_format.bare_opens), "tags": tags,
+            "excludes": list(tool_format.open_tags), "stop_after_first": not parallel_tool_calls}
+
+
+def _hermes_format(tools: Sequence[dict[str, Any]], tool_choice: ToolChoice,
+                   parallel_tool_calls: bool) -> dict[str, Any]:
     if tool_choice == "none":
         return {"type": "any_text", "excludes": _NOT_IN_ANSWERS}
-    functions = [t["function"] for t in tools]
-    if tool_choice not in ("auto", "required"):
-        functions = [f for f in functions if f["name"] == tool_choice]
-    tags = [_call_tag(f) for f in functions]
+    tags = [_call_tag(f, HERMES) for f in _chosen(tools, tool_choice)]
     if tool_choice == "auto":
         return {"type": "triggered_tags", "triggers": [_TRIGGER], "tags": tags,
                 "excludes": ["</tool_"], "stop_after_first": not parallel_tool_calls}
     return {"type": "tags_with_separator", "tags": tags, "separator": "\n",
             "at_least_one": True, "stop_after_first": not parallel_tool_calls}
+
+
+def _chosen(tools: Sequence[dict[str, Any]], tool_choice: ToolChoice) -> list[dict[str, Any]]:
+    functions = [t["function"] for t in tools]
+    if tool_choice not in ("auto", "required"):
+        functions = [f for f in functions if f["name"] == tool_choice]
+    return functions
+
+
+def _markers(tool_format: ToolCallFormat) -> list[str]:
+    return [*tool_format.open_tags, *tool_format.bare_opens]
+
+
+def _after_reasoning(fmt: dict[str, Any], tool_choice: ToolChoice,
+                     reasoning: Reasoning) -> dict[str, Any]:
+    """Let the answer start with reasoning: the rest of an open ``<think>`` block, or (calls
+    only) an optional whole block; free text allows ``<think>`` by itself."""
+    if reasoning == "open":
+        think = {"type": "tag", "begin": "", "content": {"type": "any_text"},
+                 "end": THINK_CLOSE + "\n\n"}
+        return {"type": "sequence", "elements": [think, fmt]}
+    if reasoning == "detect" and tool_choice not in ("auto", "none"):
+        think = {"type": "tag", "begin": THINK_OPEN, "content": {"type": "any_text"},
+                 "end": THINK_CLOSE + "\n\n"}
+        return {"type": "sequence", "elements": [{"type": "optional", "content": think}, fmt]}
+    return fmt
 
 
 def _json_format(schema: dict[str, Any] | None) -> dict[str, Any]:
@@ -121,10 +174,9 @@ def _json_format(schema: dict[str, Any] | None) -> dict[str, Any]:
             "max_whitespace_cnt": _MAX_JSON_WHITESPACE}
 
 
-def _call_tag(function: dict[str, Any]) -> dict[str, Any]:
-    begin = f'{OPEN_TAG}\n{{"name": {json.dumps(function["name"])}, "arguments": '
+def _call_tag(function: dict[str, Any], tool_format: ToolCallFormat) -> dict[str, Any]:
     schema = function.get("parameters") or {"type": "object", "properties": {}}
-    return {"type": "tag", "begin": begin,
+    return {"type": "tag", "begin": tool_format.call_prefix(function["name"]),
             "content": {"type": "json_schema", "json_schema": schema,
                         "max_whitespace_cnt": _MAX_JSON_WHITESPACE},
-            "end": f"}}\n{CLOSE_TAG}"}
+            "end": tool_format.call_suffix}

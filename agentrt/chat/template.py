@@ -1,12 +1,14 @@
 """OpenAI-format chat messages → the model's own chat template → one prompt string.
 
-The prompt is rendered by the tokenizer's chat template (``apply_chat_template``), passing
-``tools=`` and assistant ``tool_calls`` through when the template renders them. Templates that
-do not (SmolLM2's renders only ``role`` and ``content``) get the Hermes / Qwen2.5 convention
-written into the messages instead: the tool signatures in the system message, an assistant's
-calls as ``<tool_call>`` blocks in its content, tool results as ``<tool_response>`` blocks in
-a ``tool`` turn — the same text :mod:`agentrt.agent.tool_loop` appends after a call. What a
-template renders is found once per template by rendering probe messages.
+The prompt is rendered by the tokenizer's chat template (``apply_chat_template``, or a
+``chat_template`` given instead), passing ``tools=`` and assistant ``tool_calls`` through when
+the template renders them (call ids in the form the template accepts: Mistral's take 9
+alphanumerics). Templates that do not (SmolLM2's renders only ``role`` and ``content``) get
+the Hermes / Qwen2.5 convention written into the messages instead: the tool signatures in the
+system message, an assistant's calls in the tool-call format (``<tool_call>`` blocks) in its
+content, tool results as ``<tool_response>`` blocks in a ``tool`` turn — the same text
+:mod:`agentrt.agent.tool_loop` appends after a call. What a template renders is found once
+per template by rendering probe messages.
 
 Messages are OpenAI chat-completion dicts: ``role`` (system, developer, user, assistant,
 tool), ``content`` (a string, a list of ``{"type": "text"}`` parts, or None), an assistant's
@@ -21,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt.chat.tool_calls import format_tool_call
+from agentrt.chat.formats import HERMES, ToolCallFormat
 
 __all__ = ["TemplateCaps", "message_text", "render_prompt", "template_caps"]
 
@@ -43,6 +45,13 @@ _SKIPPED_PARTS = frozenset({"tool_use", "tool_call", "tool_call_chunk", "invalid
                             "thinking", "reasoning", "redacted_thinking"})
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _PROBE = "agentrt_probe_tool"
+_PROBE_ID = "call00000"  # NOTE: 9 alphanumerics, the only ids Mistral's templates accept
+_FORMAT_PROMPTS = {  # how each non-Hermes format is asked for, when the template cannot
+    "llama3": 'For each function call, respond with a JSON object in the format {"name": '
+              "function name, \"parameters\": dictionary of argument name and its value}.",
+    "mistral": 'To call functions, respond with [TOOL_CALLS] followed by a JSON list of '
+               '{"name": <function-name>, "arguments": <args-json-object>} objects.',
+}
 
 
 @dataclass(frozen=True)
@@ -58,38 +67,42 @@ class TemplateCaps:
 _caps_cache: dict[str, TemplateCaps] = {}
 
 
-def template_caps(tokenizer: Any) -> TemplateCaps:
+def template_caps(tokenizer: Any, chat_template: str | None = None) -> TemplateCaps:
     """Probe (once per template) whether it renders tools and tool calls."""
-    key = str(getattr(tokenizer, "chat_template", None))
+    key = str(chat_template or getattr(tokenizer, "chat_template", None))
+    extra = {"chat_template": chat_template} if chat_template else {}
     if key not in _caps_cache:
         tool = {"type": "function", "function": {"name": _PROBE, "description": "probe",
                                                  "parameters": {"type": "object",
                                                                 "properties": {}}}}
         user = {"role": "user", "content": "hi"}
         call = {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c0", "type": "function", "function": {"name": _PROBE, "arguments": {}}}]}
+            {"id": _PROBE_ID, "type": "function",
+             "function": {"name": _PROBE, "arguments": {}}}]}
         _caps_cache[key] = TemplateCaps(
-            renders_tools=_PROBE in _try_render(tokenizer, [user], tools=[tool]),
-            renders_tool_calls=_PROBE in _try_render(tokenizer, [user, call]),
+            renders_tools=_PROBE in _try_render(tokenizer, [user], tools=[tool], **extra),
+            renders_tool_calls=_PROBE in _try_render(tokenizer, [user, call], **extra),
         )
     return _caps_cache[key]
 
 
 def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
-                  tools: Sequence[dict[str, Any]] = (), *, system_note: str | None = None
+                  tools: Sequence[dict[str, Any]] = (), *, system_note: str | None = None,
+                  tool_format: ToolCallFormat = HERMES, chat_template: str | None = None
                   ) -> str:
     """The generation prompt for OpenAI-format ``messages`` and ``tools`` (+ a system note).
 
-    Raises ``ValueError`` for a message the engine cannot render (an unknown role, a media
-    part: the engine runs text-only models).
+    ``tool_format`` writes assistant calls for templates that cannot; ``chat_template``
+    replaces the tokenizer's own. Raises ``ValueError`` for a message the engine cannot
+    render (an unknown role, a media part: the engine runs text-only models).
     """
-    caps = template_caps(tokenizer)
-    dicts = [_to_template(m, caps) for m in messages]
-    extra: dict[str, Any] = {}
+    caps = template_caps(tokenizer, chat_template)
+    dicts = [_to_template(m, caps, tool_format) for m in messages]
+    extra: dict[str, Any] = {"chat_template": chat_template} if chat_template else {}
     if tools and caps.renders_tools:
         extra["tools"] = list(tools)
     elif tools:
-        system_note = _join(_TOOLS_PROMPT.format(tools=_tool_lines(tools)), system_note)
+        system_note = _join(_tools_prompt(tools, tool_format), system_note)
     if system_note:
         dicts = _with_system_note(dicts, system_note)
     return tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False,
@@ -125,7 +138,16 @@ def _text_part(part: Mapping[str, Any]) -> str:
     return text
 
 
-def _to_template(message: Mapping[str, Any], caps: TemplateCaps) -> dict[str, Any]:
+def _tools_prompt(tools: Sequence[dict[str, Any]], tool_format: ToolCallFormat) -> str:
+    prompt = _TOOLS_PROMPT.format(tools=_tool_lines(tools))
+    if tool_format.name not in _FORMAT_PROMPTS:
+        return prompt
+    return prompt.split("\n\nFor each function call")[0] + "\n\n" + \
+        _FORMAT_PROMPTS[tool_format.name]
+
+
+def _to_template(message: Mapping[str, Any], caps: TemplateCaps,
+                 tool_format: ToolCallFormat) -> dict[str, Any]:
     role = message.get("role")
     if role not in _ROLES:
         raise ValueError(f"unknown message role {role!r}; expected one of {sorted(_ROLES)}")
@@ -133,13 +155,14 @@ def _to_template(message: Mapping[str, Any], caps: TemplateCaps) -> dict[str, An
     if role == "developer":
         return {"role": "system", "content": text}
     if role == "assistant":
-        return _assistant(message.get("tool_calls") or [], text, caps)
+        return _assistant(message.get("tool_calls") or [], text, caps, tool_format)
     if role in ("tool", "function"):
-        return _tool_result(message, text, caps)
+        return _tool_result(message, text, caps, tool_format)
     return {"role": role, "content": text}
 
 
-def _assistant(calls: Any, text: str, caps: TemplateCaps) -> dict[str, Any]:
+def _assistant(calls: Any, text: str, caps: TemplateCaps,
+               tool_format: ToolCallFormat) -> dict[str, Any]:
     if not calls:
         return {"role": "assistant", "content": text}
     if not isinstance(calls, list | tuple):
@@ -148,11 +171,17 @@ def _assistant(calls: Any, text: str, caps: TemplateCaps) -> dict[str, Any]:
     parsed = [_call_parts(i, c) for i, c in enumerate(calls)]
     if caps.renders_tool_calls:
         return {"role": "assistant", "content": text, "tool_calls": [
-            {"id": c.get("id"), "type": "function",
+            {"id": _call_id(c.get("id"), i, tool_format), "type": "function",
              "function": {"name": name, "arguments": args}}
-            for c, (name, args) in zip(calls, parsed, strict=True)]}
-    blocks = [format_tool_call(name, args) for name, args in parsed]
-    return {"role": "assistant", "content": "\n".join([text, *blocks] if text else blocks)}
+            for i, (c, (name, args)) in enumerate(zip(calls, parsed, strict=True))]}
+    written = tool_format.format_calls(parsed)
+    return {"role": "assistant", "content": f"{text}\n{written}" if text else written}
+
+
+def _call_id(call_id: Any, index: int, tool_format: ToolCallFormat) -> Any:
+    if not tool_format.call_id_len:
+        return call_id
+    return tool_format.template_call_id(str(call_id or f"call{index}"))
 
 
 def _call_parts(index: int, call: Any) -> tuple[str, dict[str, Any]]:
@@ -183,12 +212,13 @@ def _arguments(arguments: Any) -> dict[str, Any]:
     return arguments
 
 
-def _tool_result(message: Mapping[str, Any], text: str, caps: TemplateCaps) -> dict[str, Any]:
+def _tool_result(message: Mapping[str, Any], text: str, caps: TemplateCaps,
+                 tool_format: ToolCallFormat) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "tool", "content": text}
     if message.get("name"):
         out["name"] = message["name"]
     if message.get("tool_call_id"):
-        out["tool_call_id"] = message["tool_call_id"]
+        out["tool_call_id"] = _call_id(message["tool_call_id"], 0, tool_format)
     if not caps.renders_tool_calls:
         out["content"] = f"<tool_response>\n{text}\n</tool_response>"
     return out

@@ -1,13 +1,14 @@
-"""Model text ↔ tool calls in the ``<tool_call>{"name": …, "arguments": {…}}</tool_call>`` form.
+"""Model text ↔ tool calls, in the model family's format (:mod:`.formats`), plus reasoning.
 
 :func:`format_tool_call` writes a call exactly as the constrained grammar makes the model
 write it (and as the history shows it back). :class:`ToolCallStream` splits streamed output
-into answer text and tool calls. JSON is parsed by agentrt's own streaming parser
+into answer text, reasoning text (``<think>`` blocks, when the template has them) and tool
+calls. JSON is parsed by agentrt's own streaming parser
 (:class:`~agentrt.agent.parsers.json_toolcall.JsonToolCallParser`), fed one character at a
 time inside a call so the end of the call is known exactly; its events become tool-call
 chunks whose ``args`` strings concatenate to the JSON of the arguments — string arguments
 stream as they are written. A whole answer goes through the same class, so a streamed
-message adds up to the whole one.
+message adds up to the whole one, wherever the stream was split.
 
 Calls and chunks are plain dicts with LangChain's keys (``ToolCall``, ``ToolCallChunk``,
 ``InvalidToolCall`` are TypedDicts of exactly these), which every integration maps from.
@@ -22,11 +23,12 @@ from typing import Any
 
 from agentrt.agent.parsers.base import CallEnd, ParseError, Piece, ToolName
 from agentrt.agent.parsers.json_toolcall import JsonToolCallParser
+from agentrt.chat.formats import HERMES, THINK_CLOSE, THINK_OPEN, Reasoning, ToolCallFormat
 
 __all__ = ["CLOSE_TAG", "OPEN_TAG", "StreamPiece", "ToolCallStream", "format_tool_call",
            "new_call_id"]
 
-OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
+OPEN_TAG, CLOSE_TAG = HERMES.open_tags[0], HERMES.close_tag
 ToolCall = dict[str, Any]
 """``{"name": str, "args": dict, "id": str, "type": "tool_call"}``."""
 ToolCallChunk = dict[str, Any]
@@ -35,12 +37,13 @@ ToolCallChunk = dict[str, Any]
 InvalidToolCall = dict[str, Any]
 """``{"name": str | None, "args": str (the raw text), "id": str, "error": str,
 "type": "invalid_tool_call"}``."""
+_WHITESPACE = " \t\r\n"
 
 
-def format_tool_call(name: str, args: dict[str, Any]) -> str:
-    """One call as the model writes it: ``<tool_call>\\n{json}\\n</tool_call>``."""
-    payload = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
-    return f"{OPEN_TAG}\n{payload}\n{CLOSE_TAG}"
+def format_tool_call(name: str, args: dict[str, Any],
+                     tool_format: ToolCallFormat = HERMES) -> str:
+    """One call as the model writes it (Hermes: ``<tool_call>\\n{json}\\n</tool_call>``)."""
+    return tool_format.format_calls([(name, args)])
 
 
 def new_call_id() -> str:
@@ -50,13 +53,14 @@ def new_call_id() -> str:
 
 @dataclass
 class StreamPiece:
-    """What one :meth:`ToolCallStream.feed` produced: answer text and call chunks."""
+    """What one :meth:`ToolCallStream.feed` produced: answer text, reasoning, call chunks."""
 
     content: str = ""
     tool_call_chunks: list[ToolCallChunk] = field(default_factory=list)
+    reasoning_content: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.content or self.tool_call_chunks)
+        return bool(self.content or self.tool_call_chunks or self.reasoning_content)
 
 
 @dataclass
@@ -75,25 +79,49 @@ class _Call:
 
 
 class ToolCallStream:
-    """Splits model output into answer text and tool calls, incrementally."""
+    """Splits model output into answer text, reasoning and tool calls, incrementally.
 
-    def __init__(self) -> None:
+    ``reasoning``: ``"detect"`` reads ``<think>…</think>`` as reasoning, ``"open"`` starts
+    inside such a block (the prompt opened it), ``"none"`` (default) has no reasoning syntax.
+    """
+
+    def __init__(self, tool_format: ToolCallFormat = HERMES, *,
+                 reasoning: Reasoning = "none") -> None:
+        self.format = tool_format
         self.tool_calls: list[ToolCall] = []
         self.invalid_tool_calls: list[InvalidToolCall] = []
-        self._pending = ""  # text that may be the start of OPEN_TAG
+        self._markers = tool_format.open_tags + tool_format.bare_opens
+        if reasoning != "none":
+            self._markers += (THINK_OPEN,)
+        self._pending = ""  # text that may be the start of a marker
         self._call: _Call | None = None
         self._num_calls = 0
+        self._mode = "reasoning" if reasoning == "open" else "text"  # | list_open | list_next
+        self._skip = "\n" if reasoning == "open" else ""  # leading characters to drop
 
     def feed(self, text: str) -> StreamPiece:
         """Consume the next piece of output; return what it completed."""
         out = StreamPiece()
         while text:
-            text = self._feed_text(text, out) if self._call is None else self._feed_call(text, out)
+            if self._call is not None:
+                text = self._feed_call(text, out)
+            elif self._skip:
+                text = self._skip_leading(text)
+            elif self._mode == "reasoning":
+                text = self._feed_reasoning(text, out)
+            elif self._mode != "text":
+                text = self._feed_list(text)
+            else:
+                text = self._feed_text(text, out)
         return out
 
     def close(self) -> StreamPiece:
         """End of output: flush held-back text; a call still open is invalid (truncated)."""
-        out = StreamPiece(content=self._pending)
+        out = StreamPiece()
+        if self._mode == "reasoning":
+            out.reasoning_content = self._pending
+        else:
+            out.content = self._pending
         self._pending = ""
         call = self._call
         if call is not None and call.state == "json":
@@ -104,20 +132,72 @@ class ToolCallStream:
         return out
 
     # --- outside a call ----------------------------------------------------------------------
+    def _skip_leading(self, text: str) -> str:
+        rest = text.lstrip(self._skip)
+        if rest:
+            self._skip = ""
+        return rest
+
     def _feed_text(self, text: str, out: StreamPiece) -> str:
         data = self._pending + text
-        found = data.find(OPEN_TAG)
-        if found == -1:
-            keep = _partial_tag_len(data, OPEN_TAG)
+        found, marker = _find_first(data, self._markers)
+        if marker is None:
+            keep = max(_partial_tag_len(data, m) for m in self._markers)
             out.content += data[: len(data) - keep]
             self._pending = data[len(data) - keep :]
             return ""
         out.content += data[:found]
         self._pending = ""
+        rest = data[found + len(marker) :]
+        if marker == THINK_OPEN:
+            self._mode, self._skip = "reasoning", "\n"
+            return rest
+        if marker in self.format.bare_opens:
+            self._start_call()
+            return marker + rest
+        if self.format.is_list:
+            self._mode = "list_open"
+            return rest
+        self._start_call()
+        return rest
+
+    def _feed_reasoning(self, text: str, out: StreamPiece) -> str:
+        """Inside ``<think>``: reasoning text until ``</think>`` (newlines around it dropped)."""
+        data = self._pending + text
+        found = data.find(THINK_CLOSE)
+        if found == -1:
+            keep = _partial_tag_len(data, THINK_CLOSE)
+            body = data[: len(data) - keep]
+            held = len(body) - len(body.rstrip("\n")) + keep  # newlines before a </think>
+            out.reasoning_content += data[: len(data) - held]
+            self._pending = data[len(data) - held :]
+            return ""
+        out.reasoning_content += data[:found].rstrip("\n")
+        self._pending = ""
+        self._mode, self._skip = "text", "\n"
+        return data[found + len(THINK_CLOSE) :]
+
+    def _feed_list(self, text: str) -> str:
+        """Mistral: ``[`` after the open tag, then ``{`` starts each call; else answer text."""
+        rest = text.lstrip(_WHITESPACE)
+        if not rest:
+            return ""
+        expected = "[" if self._mode == "list_open" else "{"
+        if rest[0] == expected:
+            self._mode = "list_next"
+            if expected == "[":
+                return rest[1:]
+            self._mode = "text"
+            self._start_call()
+            return rest
+        is_end = rest[0] == "]" and self._mode == "list_next"  # an empty (or closed) list
+        self._mode = "text"
+        return rest[1:] if is_end else rest
+
+    def _start_call(self) -> None:
         self._call = _Call(self._num_calls)
         self._num_calls += 1
         self._call.parser.feed(OPEN_TAG)
-        return data[found + len(OPEN_TAG) :]
 
     # --- inside a call -----------------------------------------------------------------------
     def _feed_call(self, text: str, out: StreamPiece) -> str:
@@ -128,6 +208,9 @@ class ToolCallStream:
                 call.raw.append(c)
                 for event in call.parser.feed(c):
                     self._on_event(call, event, out)
+                if call.state == "error" and not self.format.close_tag:
+                    self._end_call(call)  # no close tag to wait for: the rest is answer text
+                    return text[i + 1 :]
             elif call.state == "closing":
                 rest = self._closing(call, c, text[i + 1 :])
                 if rest is not None:
@@ -141,16 +224,29 @@ class ToolCallStream:
         return ""
 
     def _closing(self, call: _Call, c: str, rest: str) -> str | None:
-        """After the JSON object: swallow ``</tool_call>``; anything else is answer text."""
+        """After the JSON object: swallow the close tag (Hermes), a ``;`` (Llama 3), a ``,``
+        or ``]`` (Mistral's list); anything else is answer text."""
         call.tail += c
         stripped = call.tail.lstrip()
-        if stripped == CLOSE_TAG:
+        if not stripped:
+            return None
+        fmt = self.format
+        if fmt.close_tag:
+            if stripped == fmt.close_tag:
+                self._end_call(call)
+                return rest
+            if fmt.close_tag.startswith(stripped):
+                return None
+        elif fmt.is_list and stripped in (",", "]"):
             self._end_call(call)
+            self._mode = "list_next" if stripped == "," else "text"
             return rest
-        if stripped and not CLOSE_TAG.startswith(stripped):
+        elif stripped == ";" and fmt.separator.strip() == ";":
             self._end_call(call)
-            return stripped + rest
-        return None
+            self._skip = _WHITESPACE
+            return rest
+        self._end_call(call)
+        return stripped + rest
 
     def _on_event(self, call: _Call, event: Any, out: StreamPiece) -> None:
         if isinstance(event, ToolName):
@@ -206,6 +302,17 @@ class ToolCallStream:
         self.invalid_tool_calls.append({"name": call.name, "args": "".join(call.raw).strip(),
                                         "id": call.id, "error": error,
                                         "type": "invalid_tool_call"})
+
+
+def _find_first(data: str, markers: tuple[str, ...]) -> tuple[int, str | None]:
+    """The earliest marker in ``data`` (the longest at a tie) and where it starts."""
+    best, found = len(data), None
+    for marker in markers:
+        i = data.find(marker)
+        if i != -1 and (i < best or (i == best and found is not None
+                                      and len(marker) > len(found))):
+            best, found = i, marker
+    return best, found
 
 
 def _partial_tag_len(data: str, tag: str) -> int:

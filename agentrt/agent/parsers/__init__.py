@@ -1,8 +1,9 @@
 """Streaming parsers, one per output syntax, behind a registry.
 
-``create_parser("fenced_code" | "json_toolcall" | "react")`` builds one; every parser takes text or
-bytes chunks through :meth:`~agentrt.agent.parsers.base.BaseStreamParser.feed` and reports the
-tool-call events (:mod:`agentrt.agent.parsers.base`) those chunks complete.
+``create_parser("fenced_code" | "json_toolcall" | "llama3_json" | "mistral_json" | "react")``
+builds one; every parser takes text or bytes chunks through
+:meth:`~agentrt.agent.parsers.base.BaseStreamParser.feed` and reports the tool-call events
+(:mod:`agentrt.agent.parsers.base`) those chunks complete.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ PARSERS: Registry[BaseStreamParser] = Registry(
     {
         "fenced_code": "agentrt.agent.parsers.fenced_code:FencedCodeParser",
         "json_toolcall": "agentrt.agent.parsers.json_toolcall:JsonToolCallParser",
+        "llama3_json": "agentrt.agent.parsers.json_toolcall:Llama3ToolCallParser",
+        "mistral_json": "agentrt.agent.parsers.json_toolcall:MistralToolCallParser",
         "react": "agentrt.agent.parsers.react:ReActParser",
     },
 )

@@ -1,6 +1,9 @@
 """JSON tool calls (``<tool_call>{"name": …, "arguments": {…}}</tool_call>``), streamed by value.
 
-The form used by the SmolLM2, Qwen and Hermes chat templates. A character-level JSON state machine
+The form used by the SmolLM2, Qwen and Hermes chat templates; :class:`Llama3ToolCallParser`
+(``<|python_tag|>`` or a bare ``{"name"`` object, ``"parameters"``) and
+:class:`MistralToolCallParser` (``[TOOL_CALLS] [{…}, {…}]``, one call per list item) read the
+Llama 3.x and Mistral forms with the same machine. A character-level JSON state machine
 (full JSON: strings with every escape including ``\\uXXXX`` and surrogate pairs, numbers, ``true``
 / ``false`` / ``null``, arrays, nested objects) emits ``ToolName`` as soon as the ``name`` string
 closes and an ``argument`` piece as soon as each top-level argument value closes; string arguments
@@ -27,7 +30,7 @@ from agentrt.agent.parsers.base import (
     ToolName,
 )
 
-__all__ = ["JsonToolCallParser"]
+__all__ = ["JsonToolCallParser", "Llama3ToolCallParser", "MistralToolCallParser"]
 
 _WHITESPACE = " \t\r\n"
 _NUMBER_CHARS = frozenset("0123456789+-.eE")
@@ -268,7 +271,11 @@ class _JsonStream:
 
 
 class JsonToolCallParser(BaseStreamParser):
-    """Streams ``<tool_call>{...}</tool_call>`` calls: name first, then each argument."""
+    """Streams ``<tool_call>{...}</tool_call>`` calls: name first, then each argument.
+
+    ``open_tags`` open a call (or, with ``is_list``, a JSON list of calls) and are not part
+    of the JSON; ``bare_opens`` open a call as the start of its JSON object.
+    """
 
     syntax = "json_toolcall"
 
@@ -278,21 +285,46 @@ class JsonToolCallParser(BaseStreamParser):
         *,
         name_keys: tuple[str, ...] = ("name",),
         argument_keys: tuple[str, ...] = ("arguments", "parameters"),
+        open_tags: tuple[str, ...] = (),
+        bare_opens: tuple[str, ...] = (),
+        is_list: bool = False,
     ) -> None:
         super().__init__()
         self.open_tag = open_tag
+        self.open_tags = open_tags or (open_tag,)
+        self.bare_opens, self.is_list = bare_opens, is_list
         self.name_keys, self.argument_keys = name_keys, argument_keys
         self._tail = ""
         self._json: _JsonStream | None = None
+        self._list = ""  # "open": expect "[" | "next": expect "{" or "]" | "sep": "," or "]"
 
     def _feed_text(self, text: str) -> list[Event]:
         events: list[Event] = []
         while text:
-            if self._json is None:
-                text = self._find_open(text, events)
-            else:
+            if self._json is not None:
                 text = self._feed_json(text, events)
+            elif self._list:
+                text = self._feed_list(text, events)
+            else:
+                text = self._find_open(text, events)
         return events
+
+    def _feed_list(self, text: str, events: list[Event]) -> str:
+        rest = text.lstrip(_WHITESPACE)
+        if not rest:
+            return ""
+        c, state = rest[0], self._list
+        if state == "open" and c == "[":
+            self._list = "next"
+            return rest[1:]
+        if state == "next" and c == "{":
+            self._list = "sep"
+            return self._start_json(rest, events)
+        if state == "sep" and c == ",":
+            self._list = "next"
+            return rest[1:]
+        self._list = ""
+        return rest[1:] if c == "]" and state != "open" else rest
 
     def _close(self) -> list[Event]:
         stream, self._json, self._tail = self._json, None, ""
@@ -310,14 +342,28 @@ class JsonToolCallParser(BaseStreamParser):
 
     def _find_open(self, text: str, events: list[Event]) -> str:
         data = self._tail + text
-        found = data.find(self.open_tag)
-        if found == -1:
-            self._tail = _tag_prefix_suffix(data, self.open_tag)
+        found, marker = len(data), ""
+        for tag in self.open_tags + self.bare_opens:
+            i = data.find(tag)
+            if i != -1 and (i < found or (i == found and len(tag) > len(marker))):
+                found, marker = i, tag
+        if not marker:
+            suffixes = [_tag_prefix_suffix(data, t) for t in self.open_tags + self.bare_opens]
+            self._tail = max(suffixes, key=len)
             return ""
         self._tail = ""
+        if marker in self.bare_opens:
+            return self._start_json(data[found:], events)
+        rest = data[found + len(marker) :]
+        if self.is_list:
+            self._list = "open"
+            return rest
+        return self._start_json(rest, events)
+
+    def _start_json(self, text: str, events: list[Event]) -> str:
         self._json = _JsonStream(self.name_keys, self.argument_keys)
         events.append(CallStart(self.syntax))
-        return data[found + len(self.open_tag) :]
+        return text
 
     def _feed_json(self, text: str, events: list[Event]) -> str:
         stream = self._json
@@ -325,7 +371,7 @@ class JsonToolCallParser(BaseStreamParser):
         try:
             used = stream.feed(text)
         except _JsonError as exc:
-            self._json = None
+            self._json, self._list = None, ""
             events += stream.events
             message = f"invalid JSON in tool call at character {stream.offset}: {exc}"
             events.append(ParseError(message))
@@ -341,6 +387,25 @@ class JsonToolCallParser(BaseStreamParser):
         else:
             events.append(CallEnd())
         return text[used:]
+
+
+class Llama3ToolCallParser(JsonToolCallParser):
+    """Llama 3.x JSON calls: ``<|python_tag|>{…}`` or a bare ``{"name": …, "parameters": …}``
+    (several separated by ``;``)."""
+
+    syntax = "llama3_json"
+
+    def __init__(self) -> None:
+        super().__init__(open_tags=("<|python_tag|>",), bare_opens=('{"name"',))
+
+
+class MistralToolCallParser(JsonToolCallParser):
+    """Mistral calls: ``[TOOL_CALLS] [{"name": …, "arguments": …}, …]``, a call per item."""
+
+    syntax = "mistral_json"
+
+    def __init__(self) -> None:
+        super().__init__(open_tags=("[TOOL_CALLS]",), is_list=True)
 
 
 def _tag_prefix_suffix(data: str, tag: str) -> str:

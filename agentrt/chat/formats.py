@@ -1,0 +1,178 @@
+"""Tool-call formats per model family, read from the model's chat template.
+
+A model writes tool calls the way its chat template shows them back in the history, so the
+format is chosen from the template text (:func:`detect_format`) and can be named instead:
+
+- ``"hermes"`` (Hermes, Qwen2.5/Qwen3, SmolLM2 through agentrt's fallback):
+  ``<tool_call>\\n{"name": "X", "arguments": {...}}\\n</tool_call>``, one block per call.
+- ``"llama3"`` (Llama 3.1–3.3 JSON tool calls): ``{"name": "X", "parameters": {...}}``, calls
+  separated by ``;``; the model may open a call with ``<|python_tag|>`` or directly with
+  ``{"name"``.
+- ``"mistral"`` (Mistral v0.3, Nemo): ``[TOOL_CALLS] [{"name": "X", "arguments": {...}}]``,
+  all calls of a turn in one JSON list.
+
+What the grammar makes the model write (:mod:`.grammar`), what the history shows
+(:mod:`.template`) and what the parser reads (:mod:`.tool_calls`) all come from one
+:class:`ToolCallFormat`. Qwen3-style ``<think>`` blocks are the reasoning syntax
+(:func:`detect_reasoning`): their text is reasoning content, never a tool call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+__all__ = [
+    "FORMATS",
+    "HERMES",
+    "LLAMA3",
+    "MISTRAL",
+    "Reasoning",
+    "ToolCallFormat",
+    "detect_format",
+    "detect_reasoning",
+    "get_format",
+    "template_text",
+]
+
+Reasoning = Literal["none", "detect", "open"]
+"""``none``: no reasoning syntax; ``detect``: a ``<think>`` block opens reasoning; ``open``:
+the prompt ended inside ``<think>``, so the output starts as reasoning."""
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_ID_CHARS = re.compile(r"[A-Za-z0-9]+")
+
+
+@dataclass(frozen=True)
+class ToolCallFormat:
+    """How one model family writes tool calls."""
+
+    name: str
+    syntax: str
+    """The streaming parser of the agent layer for this format (partial execution)."""
+    open_tags: tuple[str, ...]
+    """Markers that open a call (or Mistral's list of calls) and are not part of the JSON."""
+    bare_opens: tuple[str, ...] = ()
+    """Markers that open a call as the start of its own JSON (Llama 3's ``{"name"``)."""
+    close_tag: str = ""
+    """Closes one call (Hermes' ``</tool_call>``); empty: the JSON object ends the call."""
+    arguments_key: str = "arguments"
+    call_begin: str = ""
+    """Written before one call's JSON (Hermes: ``<tool_call>\\n``)."""
+    call_end: str = ""
+    """Written after one call's JSON (Hermes: ``\\n</tool_call>``)."""
+    separator: str = "\n"
+    """Written between two calls."""
+    list_begin: str = ""
+    """Mistral: the calls of a turn are one JSON list that starts with this."""
+    list_end: str = ""
+    call_id_len: int = 0
+    """Length of the call ids the template accepts (Mistral: 9 alphanumerics); 0: any id."""
+
+    def __post_init__(self) -> None:
+        if not self.open_tags:
+            raise ValueError(f"tool-call format {self.name!r} needs an open tag")
+        if bool(self.list_begin) != bool(self.list_end):
+            raise ValueError("list_begin and list_end go together")
+
+    @property
+    def is_list(self) -> bool:
+        return bool(self.list_begin)
+
+    def call_json(self, name: str, args: Mapping[str, Any]) -> str:
+        """One call's JSON: ``{"name": …, "<arguments key>": {…}}``."""
+        return json.dumps({"name": name, self.arguments_key: args}, ensure_ascii=False)
+
+    def format_call(self, name: str, args: Mapping[str, Any]) -> str:
+        """One call exactly as the grammar makes the model write it (outside a list)."""
+        return f"{self.call_begin}{self.call_json(name, args)}{self.call_end}"
+
+    def format_calls(self, calls: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+        """An assistant turn of calls ``[(name, args)]``, as the model writes it."""
+        body = self.separator.join(self.format_call(name, args) for name, args in calls)
+        return f"{self.list_begin}{body}{self.list_end}"
+
+    def call_prefix(self, name: str) -> str:
+        """A call up to its arguments object (a grammar tag's ``begin``)."""
+        return f'{self.call_begin}{{"name": {json.dumps(name)}, "{self.arguments_key}": '
+
+    @property
+    def call_suffix(self) -> str:
+        """A call after its arguments object (a grammar tag's ``end``)."""
+        return "}" + self.call_end
+
+    def template_call_id(self, call_id: str) -> str:
+        """``call_id`` in the form the template accepts (the same id maps to the same one)."""
+        if not self.call_id_len or (len(call_id) == self.call_id_len
+                                    and _ID_CHARS.fullmatch(call_id)):
+            return call_id
+        return hashlib.sha1(call_id.encode()).hexdigest()[: self.call_id_len]
+
+
+HERMES = ToolCallFormat(
+    "hermes", "json_toolcall", open_tags=("<tool_call>",), close_tag="</tool_call>",
+    call_begin="<tool_call>\n", call_end="\n</tool_call>", separator="\n")
+LLAMA3 = ToolCallFormat(
+    "llama3", "llama3_json", open_tags=("<|python_tag|>",), bare_opens=('{"name"',),
+    arguments_key="parameters", separator="; ")
+MISTRAL = ToolCallFormat(
+    "mistral", "mistral_json", open_tags=("[TOOL_CALLS]",), separator=", ",
+    list_begin="[TOOL_CALLS] [", list_end="]", call_id_len=9)
+FORMATS: dict[str, ToolCallFormat] = {f.name: f for f in (HERMES, LLAMA3, MISTRAL)}
+
+
+def get_format(name: str | ToolCallFormat) -> ToolCallFormat:
+    """The registered format ``name`` (a :class:`ToolCallFormat` is returned as it is)."""
+    if isinstance(name, ToolCallFormat):
+        return name
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown tool-call format {name!r}; known: "
+                         f"{', '.join(sorted(FORMATS))}") from None
+
+
+def template_text(source: Any) -> str:
+    """The chat template of a tokenizer (or the template string itself); '' if none."""
+    template = source if isinstance(source, str) or source is None else \
+        getattr(source, "chat_template", None)
+    if isinstance(template, Mapping):  # named templates: the tool-use one, else the default
+        template = template.get("tool_use") or template.get("default") or ""
+    return template or ""
+
+
+def detect_format(source: Any, override: str | ToolCallFormat | None = None) -> ToolCallFormat:
+    """The tool-call format of a tokenizer's chat template (or of a template string).
+
+    ``[TOOL_CALLS]`` in the template → Mistral (with the template's own spacing before the
+    list); ``<tool_call>`` → Hermes; ``<|python_tag|>``, or ``"parameters"`` calls ended by
+    ``<|eot_id|>`` → Llama 3; anything else (a template that renders no tools) → Hermes,
+    agentrt's fallback convention. ``override`` names the format instead.
+    """
+    if override is not None:
+        return get_format(override)
+    template = template_text(source)
+    if "[TOOL_CALLS]" in template:
+        if '"[TOOL_CALLS][' in template or "'[TOOL_CALLS][" in template:
+            return replace(MISTRAL, list_begin="[TOOL_CALLS][")  # Nemo: no space
+        return MISTRAL
+    if "<tool_call>" in template:
+        return HERMES
+    if "<|python_tag|>" in template or ('"parameters"' in template and "<|eot_id|>" in template):
+        return LLAMA3
+    return HERMES
+
+
+def detect_reasoning(source: Any, prompt: str = "") -> Reasoning:
+    """Whether output may hold ``<think>`` reasoning: ``open`` when ``prompt`` ends inside a
+    ``<think>`` block, ``detect`` when the template knows ``<think>``, else ``none``."""
+    template = template_text(source)
+    if THINK_OPEN not in template and THINK_CLOSE not in template:
+        return "none"
+    tail = prompt.rstrip()
+    if tail.endswith(THINK_OPEN):
+        return "open"
+    return "detect"
