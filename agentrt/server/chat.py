@@ -136,6 +136,7 @@ class ChatRun:
             for c in self.progress.tool_calls]
         content = self.progress.content
         return AssistantMessage(content=content if content or not calls else None,
+                                reasoning_content=self.progress.reasoning_content or None,
                                 tool_calls=calls or None)
 
     @property
@@ -148,7 +149,8 @@ class ChatRun:
 
 def _delta(piece: StreamPiece) -> DeltaMessage:
     calls = [_tool_call_delta(c) for c in piece.tool_call_chunks]
-    return DeltaMessage(content=piece.content or None, tool_calls=calls or None)
+    return DeltaMessage(content=piece.content or None, tool_calls=calls or None,
+                        reasoning_content=piece.reasoning_content or None)
 
 
 def _tool_call_delta(chunk: dict[str, Any]) -> ToolCall:

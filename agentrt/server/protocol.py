@@ -266,7 +266,16 @@ class ToolCall(_Sparse):
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    reasoning_content: str | None = None
+    """The model's reasoning (its ``<think>`` block); left out when there is none."""
     tool_calls: list[ToolCall] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_no_reasoning(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if out.get("reasoning_content") is None:
+            out.pop("reasoning_content", None)
+        return out
 
 
 class ChatChoice(BaseModel):
@@ -292,6 +301,7 @@ class ChatCompletion(BaseModel):
 class DeltaMessage(_Sparse):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
 
 

@@ -56,14 +56,15 @@ class Progress(ChatProgress):
         """The LangChain chunk for ``delta`` (None when it completed nothing)."""
         piece: StreamPiece = self.feed(delta)
         chunks: Any = piece.tool_call_chunks
+        extra = _reasoning(piece.reasoning_content)
         if not delta.finished:
             if not piece:
                 return None
             return ChatGenerationChunk(message=AIMessageChunk(
-                content=piece.content, tool_call_chunks=chunks))
+                content=piece.content, tool_call_chunks=chunks, additional_kwargs=extra))
         message = AIMessageChunk(content=piece.content, tool_call_chunks=chunks,
                                  usage_metadata=self.usage(), response_metadata=self.metadata(),
-                                 chunk_position="last")
+                                 chunk_position="last", additional_kwargs=extra)
         return ChatGenerationChunk(message=message,
                                    generation_info={"finish_reason": self.finish_reason})
 
@@ -72,7 +73,8 @@ class Progress(ChatProgress):
         calls: Any = self.tool_calls
         invalid: Any = self.invalid_tool_calls
         return AIMessage(content=self.content, tool_calls=calls, invalid_tool_calls=invalid,
-                         usage_metadata=self.usage(), response_metadata=self.metadata())
+                         usage_metadata=self.usage(), response_metadata=self.metadata(),
+                         additional_kwargs=_reasoning(self.reasoning_content))
 
     def usage(self) -> UsageMetadata:
         return UsageMetadata(input_tokens=self.num_prompt_tokens,
@@ -82,6 +84,11 @@ class Progress(ChatProgress):
     def metadata(self) -> dict[str, Any]:
         return {"model_name": self.model_name, "model_provider": "agentrt",
                 "finish_reason": self.finish_reason}
+
+
+def _reasoning(text: str) -> dict[str, Any]:
+    """``additional_kwargs`` carrying the model's reasoning (``<think>`` text), if any."""
+    return {"reasoning_content": text} if text else {}
 
 
 def _check_kwargs(model: ChatAgentRT, kwargs: dict[str, Any]) -> None:

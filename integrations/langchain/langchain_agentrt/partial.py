@@ -18,6 +18,7 @@ from typing import Any
 
 from agentrt.agent.langchain_tools import AgentRTTool
 from agentrt.agent.tool_stream import ToolStream
+from agentrt.chat.formats import detect_format
 
 __all__ = ["PartialExecution", "partial_execution_for"]
 
@@ -52,7 +53,9 @@ def partial_execution_for(tools: Sequence[Any], syntax: str):
     runtime, session = tools[0].runtime, tools[0].session
 
     def factory(tokenizer: Any) -> PartialExecution:
-        return PartialExecution(tokenizer, runtime, session, syntax)
+        # NOTE: JSON tool calls are read in the model family's format (Hermes, Llama 3, Mistral)
+        family = detect_format(tokenizer).syntax if syntax == "json_toolcall" else syntax
+        return PartialExecution(tokenizer, runtime, session, family)
 
     factory.withdraw = lambda: runtime.withdraw(session=session)  # type: ignore[attr-defined]
     return factory

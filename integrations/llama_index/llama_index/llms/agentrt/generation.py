@@ -69,7 +69,7 @@ class Progress(ChatProgress):
         if not piece:
             return None
         calls = [c for c in self._partial.values() if c["name"]]
-        return ChatResponse(message=assistant_message(self.content, calls), delta=piece.content)
+        return ChatResponse(message=self._message(calls), delta=piece.content)
 
     def response(self, delta: str | None = None) -> ChatResponse:
         """The whole answer (after the last delta), usage in ``raw`` and ``additional_kwargs``."""
@@ -78,8 +78,16 @@ class Progress(ChatProgress):
                  "total_tokens": self.num_prompt_tokens + self.num_output_tokens}
         raw = {"model": self.model_name, "usage": usage, "finish_reason": self.finish_reason,
                "invalid_tool_calls": self.invalid_tool_calls}
-        return ChatResponse(message=assistant_message(self.content, self.tool_calls),
+        return ChatResponse(message=self._message(self.tool_calls),
                             delta=delta, raw=raw, additional_kwargs=dict(usage))
+
+    def _message(self, calls: list[dict[str, Any]]) -> ChatMessage:
+        """The message so far; the model's reasoning (``<think>`` text) in its
+        ``additional_kwargs["reasoning_content"]``."""
+        message = assistant_message(self.content, calls)
+        if self.reasoning_content:
+            message.additional_kwargs["reasoning_content"] = self.reasoning_content
+        return message
 
     def annotate_session(self) -> None:
         """Inside an agent run, after the call: tell the engine which tool the paused request
