@@ -12,8 +12,8 @@ template shows it back), with arguments that match that tool's JSON schema:
 - ``"none"``: free text in which no call can start.
 
 A template with ``<think>`` reasoning may reason first: an output that starts inside a
-``<think>`` block (the prompt opened it) must close it before the answer, and with
-``"required"`` an optional ``<think>…</think>`` block may come before the calls.
+``<think>`` block (the prompt opened it) must close it before the answer; otherwise an
+optional ``<think>…</think>`` block may come first, whatever the ``tool_choice``.
 
 One call per message unless ``parallel_tool_calls=True`` (small models tend to repeat a call).
 Structured output (``response_format``, OpenAI's ``json_schema`` / ``json_object`` forms)
@@ -87,7 +87,7 @@ def output_structural_tag(tools: Sequence[dict[str, Any]], tool_choice: ToolChoi
             calls_only = "required" if tool_choice == "auto" else tool_choice
             calls = tool_call_format(tools, calls_only, **options)
             fmt = calls if tool_choice != "auto" else {"type": "or", "elements": [calls, fmt]}
-    return {"type": "structural_tag", "format": _after_reasoning(fmt, tool_choice, reasoning)}
+    return {"type": "structural_tag", "format": _after_reasoning(fmt, reasoning)}
 
 
 def response_schema(response_format: dict[str, Any]) -> dict[str, Any] | None:
@@ -153,19 +153,16 @@ def _markers(tool_format: ToolCallFormat) -> list[str]:
     return [*tool_format.open_tags, *tool_format.bare_opens]
 
 
-def _after_reasoning(fmt: dict[str, Any], tool_choice: ToolChoice,
-                     reasoning: Reasoning) -> dict[str, Any]:
-    """Let the answer start with reasoning: the rest of an open ``<think>`` block, or (calls
-    only) an optional whole block; free text allows ``<think>`` by itself."""
-    if reasoning == "open":
-        think = {"type": "tag", "begin": "", "content": {"type": "any_text"},
-                 "end": THINK_CLOSE + "\n\n"}
-        return {"type": "sequence", "elements": [think, fmt]}
-    if reasoning == "detect" and tool_choice not in ("auto", "none"):
-        think = {"type": "tag", "begin": THINK_OPEN, "content": {"type": "any_text"},
-                 "end": THINK_CLOSE + "\n\n"}
-        return {"type": "sequence", "elements": [{"type": "optional", "content": think}, fmt]}
-    return fmt
+def _after_reasoning(fmt: dict[str, Any], reasoning: Reasoning) -> dict[str, Any]:
+    """Let the answer start with reasoning: the rest of an open ``<think>`` block, or an
+    optional whole block (in which a call marker is only text, as the parser reads it)."""
+    if reasoning == "none":
+        return fmt
+    think = {"type": "tag", "begin": "" if reasoning == "open" else THINK_OPEN,
+             "content": {"type": "any_text"}, "end": THINK_CLOSE + "\n\n"}
+    if reasoning == "detect":
+        think = {"type": "optional", "content": think}
+    return {"type": "sequence", "elements": [think, fmt]}
 
 
 def _json_format(schema: dict[str, Any] | None) -> dict[str, Any]:

@@ -132,6 +132,9 @@ def test_grammars_accept_exactly_what_the_format_writes(compiler, fmt):
     assert accepts(compiler, tag("required", reasoning="detect"), one)
     assert accepts(compiler, tag("required", reasoning="open"), think[8:] + one)
     assert not accepts(compiler, tag("required", reasoning="open"), one)
+    marker_in_thought = f"<think>\nMaybe {fmt.open_tags[0]} later.\n</think>\n\n"
+    for choice, answer in (("auto", text), ("none", text), ("required", one)):
+        assert accepts(compiler, tag(choice, reasoning="detect"), marker_in_thought + answer)
 
 
 def test_hermes_grammar_is_unchanged():
