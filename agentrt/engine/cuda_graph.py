@@ -95,21 +95,22 @@ class DecodeGraphs:
         self._out[b].copy_(self.model.forward(self._ids[b], self._pos[b]))
 
     def _capture(self) -> None:
-        """Warm up each size on a side stream, then capture it (largest first, all graphs
-        sharing one memory pool), on dummy steps whose rows all sit on the pad page."""
+        """Warm up each size, then capture it (largest first; all graphs share one memory
+        pool and one side stream, warm-up included), on dummy steps whose rows all sit on the
+        pad page."""
         pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream(self.device)
         for b in reversed(self.batch_sizes):
             dummy = pad_decode_metadata(_empty_decode(self.backend.kv.page_size), b,
                                         self.pad_page)
             self.backend.plan_decode_graph(dummy)
-            side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
                 for _ in range(2):
                     self._forward(b)
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, stream=side):
                 self._out[b] = self.model.forward(self._ids[b], self._pos[b])
             self._graphs[b] = graph
         torch.cuda.synchronize(self.device)

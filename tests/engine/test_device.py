@@ -143,23 +143,3 @@ def test_cli_takes_device_for_run_and_serve():
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "--device", "gpu", "hi"])
 
-
-def test_a_cpu_engine_imports_no_gpu_code(tiny_model):
-    """``import agentrt`` and an engine on device "auto" without CUDA (or "cpu") load
-    neither flashinfer nor triton nor the CUDA-graph capture."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, agentrt\n"
-        "from agentrt.config import EngineConfig\n"
-        "from agentrt.engine.llm_engine import LLMEngine\n"
-        f"core = LLMEngine(EngineConfig(model={tiny_model!r}, device='cpu', num_blocks=16,"
-        " profile_on_start=False))\n"
-        "core.add_request('hi', agentrt.SamplingParams(max_tokens=2))\n"
-        "while core.has_unfinished(): core.step()\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'flashinfer', 'triton'}))\n"
-        "print(core.runner.graphs)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, check=True).stdout.split("\n")
-    assert out[:2] == ["[]", "None"]

@@ -47,7 +47,7 @@ def test_replayed_decode_graph_equals_the_reference(make_batch):
         backend.forward(0, q, k, v)  # warm-up
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         out = backend.forward(0, q, k, v)
 
     for num_seqs in (3, 8, 6):  # other steps, other pages: plan outside, replay
