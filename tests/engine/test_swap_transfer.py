@@ -125,3 +125,59 @@ def test_engine_swap_round_trip(device, tiny_model):
         outputs[swap] = req.output_token_ids
         core.release(req.request_id)
     assert outputs[True] == outputs[False]
+
+
+class _Copy:
+    """A copy in flight (what ``torch.cuda.Event`` is to the manager): done when told."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+
+class _AsyncCopier(PageCopier):
+    """Copies at once but reports them in flight, as the side-stream copier does."""
+
+    def __init__(self) -> None:
+        self.copies: list[_Copy] = []
+        self.num_waits = 0
+
+    def swap_out(self, device, host, src_pages, dst_pages):
+        super().swap_out(device, host, src_pages, dst_pages)
+        self.copies.append(_Copy())
+        return self.copies[-1]
+
+    def synchronize(self) -> None:
+        self.num_waits += 1
+        for c in self.copies:
+            c.done = True
+
+
+def test_swapped_out_pages_stay_allocated_until_their_copy_completes():
+    from agentrt.core.request import Request
+    from agentrt.core.sampling_params import SamplingParams
+    from agentrt.kvcache.manager import KVCacheManager
+
+    dev = KVCacheTensors.allocate(1, 8, PAGE, KVH, D, torch.float32)
+    host = KVCacheTensors.allocate_host(1, 8, PAGE, KVH, D, torch.float32)
+    copier = _AsyncCopier()
+    kv = KVCacheManager(dev, host, enable_prefix_cache=False, copier=copier)
+    req = Request("r", list(range(3 * PAGE)), SamplingParams())
+    assert kv.allocate(req, 3 * PAGE)
+    req.num_computed_tokens = 3 * PAGE
+    pages = list(req.block_table)
+    kv.swap_out(req)
+    assert kv.pool.num_free == 5 and kv.num_free_blocks == 8  # held while copying
+    assert all(kv.pool.ref_count(p) == 1 for p in pages)
+    kv.reap()
+    assert kv.pool.num_free == 5  # still copying
+    copier.copies[0].done = True
+    kv.reap()
+    assert kv.pool.num_free == 8 and copier.num_waits == 0
+
+    other = Request("o", list(range(8 * PAGE)), SamplingParams())
+    assert kv.swap_in(req)
+    kv.swap_out(req)  # in flight again: a request that needs every page waits for it
+    assert kv.allocate(other, 8 * PAGE) and copier.num_waits == 1
