@@ -81,10 +81,10 @@ class AgentrtSide:
                              enforce_eager=args.enforce_eager, max_num_seqs=args.max_batch,
                              max_num_batched_tokens=args.max_batched_tokens,
                              kv_cache_gb=args.kv_cache_gb)
-        c = self.engine.config
+        c, graphs = self.engine.config, self.engine.core.runner.graphs
         self.describe = (f"{c.resolved_device}, {c.resolved_dtype}, attention "
-                         f"{c.resolved_attention_backend}, CUDA graphs "
-                         f"{'off' if c.enforce_eager else c.cuda_graph_batch_sizes}")
+                         f"{c.resolved_attention_backend}, decode CUDA graphs for batch sizes "
+                         f"{graphs.batch_sizes if graphs else 'none (eager)'}")
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> int:
         from agentrt import SamplingParams
