@@ -239,7 +239,14 @@ def run_agent_workload(model_path: Path, args: argparse.Namespace) -> None:
 
     engine = Engine(args.model, device=args.device, dtype=args.dtype,
                     attention_backend=args.attention_backend, enforce_eager=args.enforce_eager)
-    backends = [] if args.skip_hf else [GpuHFBackend(model_path, agent_args.max_new_tokens)]
+    backends = []
+    if args.skip_hf:
+        print("(a) skipped: --skip-hf")
+    else:
+        try:
+            backends.append(GpuHFBackend(model_path, agent_args.max_new_tokens))
+        except ImportError as exc:
+            print(f"(a) skipped: {exc} (pip install langchain-huggingface)")
     backends += [al.AgentrtBackend(engine, agent_args.max_new_tokens, session=s)
                  for s in (True, False)]
     import tempfile
