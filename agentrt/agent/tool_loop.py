@@ -18,6 +18,7 @@ of it is imported at run time (this module is also loaded in tool worker process
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,19 +37,26 @@ Render = Callable[[Observation, str], str]
 
 # NOTE: ChatML (SmolLM2, Qwen, Hermes); the tool turn follows Hermes (role "tool").
 _TOOL_TURN = "<|im_end|>\n<|im_start|>tool\n<tool_response>\n{text}\n</tool_response><|im_end|>\n"
+# NOTE: Llama 3.1 / 3.3 Instruct: the call's turn ends, the result is an `ipython` turn whose
+# content the template writes as JSON (`tojson`), then the assistant's turn reopens
+_LLAMA3_TURN = ("<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{json}<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n")
 _RENDER = {
     "json_toolcall": "</tool_call>" + _TOOL_TURN + "<|im_start|>assistant\n",
     "fenced_code": _TOOL_TURN + "<|im_start|>assistant\n",
+    "llama3_json": _LLAMA3_TURN,
     "react": "\nObservation: {text}\nThought:",
 }
 
 
 def render_observation(observation: Observation, syntax: str) -> str:
-    """The text appended after a call: the end of the call and a tool turn (ChatML / ReAct)."""
+    """The text appended after a call: the end of the call and a tool turn (ChatML, Llama 3.x,
+    ReAct), as the model family's chat template writes that turn."""
     template = _RENDER.get(syntax)
     if template is None:
         raise ValueError(f"no observation format for syntax {syntax!r}; pass render=")
-    return template.format(text=observation.text.rstrip("\n"))
+    text = observation.text.rstrip("\n")
+    return template.format(text=text, json=json.dumps(text, ensure_ascii=False))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,34 @@ def test_render_observation_per_syntax():
     assert render_observation(obs, "json_toolcall").startswith("</tool_call><|im_end|>\n")
     with pytest.raises(ValueError, match="render="):
         render_observation(obs, "xml")
+
+
+def test_llama3_observation_is_the_turn_llama_s_template_writes(engine):
+    template = (Path(__file__).parents[1] / "chat" / "templates" / "llama3.1.jinja").read_text()
+    call = {"id": "c0", "type": "function",
+            "function": {"name": "calculator", "arguments": {"expression": "2+2"}}}
+    text = 'line one\n"quoted" — ü'
+    messages = [{"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c0", "content": text}]
+    rendered = engine.tokenizer.apply_chat_template(
+        messages, chat_template=template, add_generation_prompt=True, tokenize=False)
+    written = '{"name": "calculator", "parameters": {"expression": "2+2"}}'
+    assert written in rendered  # what the model writes for the call (llama3_json)
+    after_call = rendered[rendered.index(written) + len(written):]
+    assert render_observation(Observation("calculator", text + "\n"), "llama3_json") == after_call
+
+
+def test_a_llama3_call_pauses_and_the_ipython_turn_is_appended(engine, runtime):
+    template = (Path(__file__).parents[1] / "chat" / "templates" / "llama3.1.jinja").read_text()
+    messages = [{"role": "user", "content": QUESTION}]
+    prompt = engine.tokenizer.apply_chat_template(
+        messages, chat_template=template, add_generation_prompt=True, tokenize=False)
+    call = '{"name": "sqlite", "parameters": {"query": "SELECT customer FROM orders LIMIT 1"}}'
+    run = run_with_tools(engine, prompt, SamplingParams(max_tokens=8), tools=runtime,
+                         syntax="llama3_json", session="wiring", reply_prefix=call, max_calls=1)
+    first, second = run.segments
+    assert first.output.is_paused and first.observation.text.startswith("customer\nada")
+    appended = engine.tokenizer.decode(list(first.appended_ids), skip_special_tokens=False)
+    assert appended == render_observation(first.observation, "llama3_json")
+    assert second.output.request_id == first.output.request_id  # resumed in place
