@@ -253,6 +253,16 @@ SAMPLES = {
     "json_toolcall": CALL
     + ' <tool_call>{"name": "日本", "arguments": {"s": "€\\u20ac"}} '
     + '<tool_call>{"name": "x", "arguments": {"a": [1, 2',
+    "llama3_json": (
+        'Checking 😀 <|python_tag|>{"name": "search", "parameters": {"query": "日本 €", '
+        '"n": [1, 2.5e3]}}; {"name": "g", "parameters": {}} and {"name": oops} tail '
+        '{"name": "h", "parameters": {"s": "\\u00fc\\ud83d\\ude00"}} {"name": "t", "par'
+    ),
+    "mistral_json": (
+        'OK [TOOL_CALLS] [{"name": "search", "arguments": {"query": "ü 日本"}, "id": "abc123xyz"}, '
+        '{"name": "g", "arguments": {}}] after [TOOL_CALLS][{"name": "h", "arguments": {"a": '
+        'true}}] [TOOL_CALLS] [{"name": 5}] [TOOL_CALLS] [{"name": "t", "arguments": {"a": [1'
+    ),
     "react": (
         'Thought: ümlaut 😀\nAction: search\nAction Input: "€ prices"\nObservation: x\n'
         "Action: python_repl\nAction Input: print('日本')\nx = 1\nThought: ok\nFinal Answer: 答え"
