@@ -17,29 +17,10 @@ import torch.nn.functional as F
 from agentrt.attention.base import AttentionBackend
 from agentrt.models.config import ModelConfig
 from agentrt.models.linear import HEAD, Linear, get_linear
-from agentrt.models.rope import apply_rope, rope_tables
+from agentrt.models.ops import add_rms_norm, apply_rope, rms_norm, silu_mul
+from agentrt.models.rope import rope_tables
 
 __all__ = ["LlamaModel"]
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm computed in float32, as the reference implementations do."""
-    h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
-
-
-def add_rms_norm(x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual add and the RMSNorm after it: ``(x + a, rms_norm(x + a))``."""
-    x = x + a
-    return x, rms_norm(x, weight, eps)
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """SwiGLU's ``silu(gate) * up`` of a fused (T, 2 * intermediate) gate/up output."""
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
 
 
 @dataclass

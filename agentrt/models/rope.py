@@ -15,7 +15,7 @@ import torch
 Tensor = torch.Tensor
 Scaled = tuple[torch.Tensor, float]  # (scaled inverse frequencies, attention factor)
 
-__all__ = ["ROPE_VARIANTS", "apply_rope", "rope_tables"]
+__all__ = ["ROPE_VARIANTS", "rope_tables"]
 
 
 def _default(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
@@ -83,9 +83,3 @@ def rope_tables(
     emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
     return emb.cos() * mscale, emb.sin() * mscale
 
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` (T, H, D) by per-token ``cos``/``sin`` (T, 1, D), half-split convention."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin

@@ -15,10 +15,10 @@ import functools
 
 import torch
 
-from agentrt.models.llama import add_rms_norm as ref_add_rms_norm
-from agentrt.models.llama import rms_norm as ref_rms_norm
-from agentrt.models.llama import silu_mul as ref_silu_mul
-from agentrt.models.rope import apply_rope as ref_apply_rope
+from agentrt.models.ops import add_rms_norm as ref_add_rms_norm
+from agentrt.models.ops import apply_rope as ref_apply_rope
+from agentrt.models.ops import rms_norm as ref_rms_norm
+from agentrt.models.ops import silu_mul as ref_silu_mul
 from agentrt_kernels.cpu.build import KernelUnavailable, load_library
 
 __all__ = ["add_rms_norm_", "apply_rope_", "decode_attention", "kernels_available",
