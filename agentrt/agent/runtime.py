@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.agent.forkserver import ProcessWorker, TemplateProcess, ThreadWorker
 from agentrt.agent.parsers.base import Piece
 from agentrt.agent.plugin import Observation, PieceTiming, Tool
 from agentrt.agent.registry import Registry
 from agentrt.agent.sandbox import SandboxReport
-from agentrt.agent.template import ProcessWorker, TemplateProcess, ThreadWorker
 from agentrt.agent.wire import WireError, WireTimeout
 from agentrt.agent.worker import (
     CALL_REPLIES,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentrt.agent import SandboxConfig, ToolRuntime, seccomp
-from agentrt.agent.template import LOG_TAIL_BYTES
+from agentrt.agent.forkserver import LOG_TAIL_BYTES
 from agentrt_tools.python_repl import PythonReplTool
 
 WALL_S = 2.0

@@ -1,4 +1,4 @@
-"""The warm template process and the worker handles the runtime talks to.
+"""The fork server: the warm template process and the worker handles the runtime talks to.
 
 Forking the caller itself is unsafe (the engine holds threads and GPU state), and starting a fresh
 interpreter per tool call is slow. So the runtime starts one clean interpreter — the *template* —
@@ -59,7 +59,7 @@ _BOOTSTRAP = (
     "import importlib.util, json, sys; sys.path[:] = json.loads(sys.argv[2]); "
     "spec = importlib.util.find_spec('agentrt'); "
     "sys.modules['agentrt'] = importlib.util.module_from_spec(spec); "
-    "from agentrt.agent.template import main; main()"
+    "from agentrt.agent.forkserver import main; main()"
 )
 
 
