@@ -17,11 +17,16 @@ from agentrt.models import DEFAULT_MODEL, ModelNotFoundError, UnsupportedModelEr
 def __getattr__(name: str):
     """``agentrt.Executor``: the LangChain ``AgentExecutor`` drop-in, imported on first use
     so that ``import agentrt`` never needs LangChain; ``agentrt.semantic_function`` and
-    ``agentrt.compile_graph``: :mod:`agentrt.graph`, imported on first use."""
-    if name in ("semantic_function", "compile_graph"):
-        import agentrt.graph as graph
+    ``agentrt.compile_graph``: :mod:`agentrt.semantic` / :mod:`agentrt.graph`, imported on
+    first use."""
+    if name == "semantic_function":
+        from agentrt.semantic import semantic_function
 
-        return graph.semantic_function if name == "semantic_function" else graph.compile
+        return semantic_function
+    if name == "compile_graph":
+        from agentrt.graph import compile
+
+        return compile
     if name == "Executor":
         try:
             import langchain_agentrt  # noqa: F401

@@ -14,7 +14,7 @@ turn's opening); every prompt is P plus a short suffix.
   filled once (``generate(P, SamplingParams(max_tokens=1))`` leaves its KV pages in the
   radix cache: Parrot's Fill into a parent context) and then the N requests are submitted
   together; each adopts the cached prefix and prefills only its own suffix. The fill is part
-  of the timed work. (A Parrot-style semantic-function API, ``agentrt.graph.semantic``, was
+  of the timed work. (A Parrot-style semantic-function API, ``agentrt.semantic``, was
   not in this tree when this benchmark was written, so it drives the engine directly.)
 
 Both engines are built once, warmed up with one untimed request, and measured alternately

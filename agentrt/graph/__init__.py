@@ -1,5 +1,4 @@
-"""agentrt.graph: chains lowered into primitive dataflow graphs (Teola) and semantic
-functions (Parrot).
+"""agentrt.graph: chains lowered into primitive dataflow graphs (Teola).
 
 >>> from agentrt.graph import compile
 >>> fast = compile(chain)          # a LangChain runnable or a LlamaIndex query engine
@@ -8,13 +7,11 @@ functions (Parrot).
 
 :func:`lower` turns a framework object into a :class:`Graph` (a registry of lowerings by
 the framework's package, imported only when such an object shows up); :func:`optimize`
-applies the passes; :class:`GraphRuntime` runs graphs node by node on anyio.
+applies the passes; :class:`GraphRuntime` runs graphs node by node on anyio. Parrot's
+semantic functions are their own subpackage, :mod:`agentrt.semantic`.
 """
 
 from __future__ import annotations
-
-import importlib
-from typing import Any
 
 from agentrt.graph.compiled import CompiledGraph, compile, lower, register_lowering
 from agentrt.graph.ir import Graph, Kind, Node
@@ -30,15 +27,6 @@ from agentrt.graph.streams import ItemStream
 
 __all__ = [
     "SKIPPED", "CompiledGraph", "Failed", "Graph", "GraphRuntime", "ItemStream", "Kind", "Node",
-    "NodeContext", "Perf", "SemanticSession", "SemanticVariable", "compile", "current_node",
-    "decompose_stages", "lower", "optimize", "pipeline_decoding", "prune_dependencies",
-    "register_lowering", "semantic_function", "split_prefill",
+    "NodeContext", "compile", "current_node", "decompose_stages", "lower", "optimize",
+    "pipeline_decoding", "prune_dependencies", "register_lowering", "split_prefill",
 ]
-
-_SEMANTIC = ("Perf", "SemanticSession", "SemanticVariable", "semantic_function")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SEMANTIC:
-        return getattr(importlib.import_module("agentrt.graph.semantic"), name)
-    raise AttributeError(f"module 'agentrt.graph' has no attribute {name!r}")

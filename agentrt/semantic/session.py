@@ -1,230 +1,44 @@
-"""Semantic functions and variables (Parrot): the application's DAG, run next to the engine.
+"""SemanticSession (Parrot): one application DAG of semantic-function calls, run as a whole.
 
-A semantic function is a prompt template whose ``{{input:x}}`` and ``{{output:y}}`` slots are
-semantic variables. Calling one inside a :class:`SemanticSession` only *submits*: it returns
-future variables, so the session knows the whole request DAG before anything runs. The first
-``get`` / ``aget`` / ``run`` starts an executor that dispatches a request as soon as its
-inputs have values — values flow between requests without a client round trip — with
-per-request objectives deduced from the criteria given to ``get`` (see
-:mod:`agentrt.graph.semantic_dag`) and prompt prefixes shared by ready requests filled once.
-
->>> @semantic_function(max_tokens=48)
-... def write_code(task: SemanticVariable):
-...     \"\"\"Write python code for {{input:task}}. Code: {{output:code}}\"\"\"
->>> with SemanticSession(engine) as s:
-...     code = write_code(s.variable("task", "reversing a string"))
-...     print(code.get(perf=Perf.LATENCY))
-
-A multi-output template is one engine request: the first output is generated with its KV
-kept (``keep_kv``); each next output resumes the same request with the text so far re-encoded
-— the previous output's raw text (stop string excluded) and the literal text after it — of
-which only the tokens after the common prefix with the held context are appended (a seam that
-re-tokenizes differently is rolled back with ``truncate_to``). So the model sees exactly the
-tokens a fresh call on the whole text would, while only the new text is prefilled.
+Calls made inside ``with SemanticSession(...)`` only submit; the first ``get`` / ``aget`` /
+``run`` starts an executor that dispatches a request as soon as its inputs have values —
+values flow between requests without a client round trip — with per-request objectives
+deduced from the criteria given to ``get`` (:mod:`agentrt.semantic.dag`) and prompt prefixes
+shared by ready requests filled once (:mod:`agentrt.semantic.prefixes`).
 """
 
 from __future__ import annotations
 
 import contextvars
-import inspect
 import itertools
-import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from agentrt.core.sampling_params import SamplingParams
-from agentrt.graph.semantic_dag import (
-    DagExecutor,
-    Node,
-    Perf,
-    SemanticError,
-    SemanticStats,
-    SessionDAG,
-)
+from agentrt.semantic.dag import Node, Perf, SessionDAG
+from agentrt.semantic.executor import DagExecutor, SemanticStats
+from agentrt.semantic.variables import SemanticVariable
 
 if TYPE_CHECKING:
     from agentrt.engine.engine import Engine
+    from agentrt.semantic.functions import SemanticFunction
 
-__all__ = ["Perf", "SemanticError", "SemanticFunction", "SemanticSession", "SemanticStats",
-           "SemanticVariable", "Template", "semantic_function"]
+__all__ = ["SemanticSession", "current_session"]
 
-_PLACEHOLDER = re.compile(r"\{\{\s*(input|output)\s*:\s*(\w+)\s*\}\}")
 _current: contextvars.ContextVar[SemanticSession | None] = contextvars.ContextVar(
     "agentrt_semantic_session", default=None)
 _session_ids = itertools.count()
 
 
-# --- templates ----------------------------------------------------------------------------
-class Rendered(NamedTuple):
-    """A template with its inputs filled in."""
-
-    segments: list[str]
-    """The text before each output: the prompt, then the text between consecutive outputs."""
-    boundaries: list[int]
-    """Offsets in ``segments[0]`` where each input's value starts, then its end."""
+def current_session() -> SemanticSession | None:
+    """The session entered innermost in this context (where a call is recorded), if any."""
+    return _current.get()
 
 
-@dataclass(frozen=True)
-class Template:
-    """A parsed prompt template: literal text and ``("input"|"output", name)`` slots."""
-
-    pieces: tuple[str | tuple[str, str], ...]
-
-    @classmethod
-    def parse(cls, text: str) -> Template:
-        pieces: list[str | tuple[str, str]] = []
-        pos = 0
-        for m in _PLACEHOLDER.finditer(text):
-            pieces += [text[pos:m.start()], (m.group(1), m.group(2))]
-            pos = m.end()
-        pieces.append(text[pos:])
-        return cls(tuple(p for p in pieces if p != ""))
-
-    def names(self, kind: str) -> list[str]:
-        return list(dict.fromkeys(p[1] for p in self.pieces
-                                  if isinstance(p, tuple) and p[0] == kind))
-
-    def render(self, values: dict[str, str]) -> Rendered:
-        """Fill the inputs; text after the last output is not part of any prompt."""
-        segments, current, boundaries = [], "", []
-        for piece in self.pieces:
-            if isinstance(piece, str):
-                current += piece
-            elif piece[0] == "input":
-                if not segments:
-                    boundaries.append(len(current))
-                current += values[piece[1]]
-            else:
-                segments.append(current)
-                current = ""
-        boundaries.append(len(segments[0]))
-        return Rendered(segments, boundaries)
-
-
-# --- variables ----------------------------------------------------------------------------
-class SemanticVariable:
-    """A named value of a session: a constant, or the future output of a call or transform."""
-
-    def __init__(self, session: SemanticSession, name: str, producer: Node | None = None,
-                 value: Any = None) -> None:
-        self.session = session
-        self.name = name
-        self.producer = producer
-        self.value = value
-        self.error: SemanticError | None = None
-        self.is_ready = producer is None
-        self.event: Any = None
-        """An anyio.Event set when done (made in the executor's loop by a waiter)."""
-
-    @property
-    def is_done(self) -> bool:
-        """It has a value or an error."""
-        return self.is_ready or self.error is not None
-
-    def get(self, perf: Perf = Perf.LATENCY) -> Any:
-        """Block until the value is ready and return it; raises :class:`SemanticError` if
-        the call that computes it (or one upstream) failed. Starts the executor."""
-        return self.session.wait(self, perf)
-
-    async def aget(self, perf: Perf = Perf.LATENCY) -> Any:
-        """Async twin of :meth:`get`."""
-        return await self.session.await_(self, perf)
-
-    def transform(self, fn: Callable[[Any], Any], name: str | None = None) -> SemanticVariable:
-        """A new variable whose value is ``fn(value)``, computed when this one is ready (in
-        the executor's loop: keep ``fn`` quick); if ``fn`` raises, ``get`` on it (and on its
-        consumers) raises :class:`SemanticError`."""
-        return self.session.add_transform(self, fn, name)
-
-    def result(self) -> Any:
-        """The value if ready; the failure as a fresh :class:`SemanticError` otherwise."""
-        if self.error is not None:
-            raise SemanticError(self.error.function, self.error.error) from self.error.error
-        if not self.is_ready:
-            raise RuntimeError(f"variable {self.name!r} has no value yet")
-        return self.value
-
-    def __repr__(self) -> str:
-        state = repr(self.value) if self.is_ready else "error" if self.error else "pending"
-        return f"SemanticVariable({self.name!r}, {state})"
-
-
-# --- functions ----------------------------------------------------------------------------
-class SemanticFunction:
-    """A prompt template bound to a Python signature; calling it submits one request."""
-
-    def __init__(self, fn: Callable[..., Any], params: SamplingParams, chat: bool) -> None:
-        self.name = fn.__name__
-        self.__doc__ = fn.__doc__
-        self.template = Template.parse(inspect.cleandoc(fn.__doc__ or ""))
-        self.signature = inspect.signature(fn)
-        self.params = params
-        self.chat = chat
-        self.outputs = self.template.names("output")
-        self._check(self.template.names("input"))
-
-    def _check(self, inputs: list[str]) -> None:
-        args = list(self.signature.parameters)
-        if set(inputs) != set(args):
-            raise ValueError(f"{self.name}: template inputs {inputs} must match the "
-                             f"parameters {args}")
-        if not self.outputs:
-            raise ValueError(f"{self.name}: the template has no {{{{output:...}}}} slot")
-        if self.chat and len(self.outputs) != 1:
-            raise ValueError(f"{self.name}: chat=True takes exactly one output")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Submit a call in the current session; returns the output variable (a tuple of
-        them for several outputs). Plain values become constant variables."""
-        session = _current.get()
-        if session is None:
-            raise RuntimeError(f"call {self.name}() inside `with SemanticSession(...)` or "
-                               "`async with SemanticSession(...)`")
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        inputs = {k: session.as_variable(k, v) for k, v in bound.arguments.items()}
-        outputs = session.add_call(self, inputs)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-    def render_prompt(self, rendered: Rendered, tokenizer: Any) -> str:
-        """The first output's prompt; in chat mode, one user turn ready for the answer."""
-        if not self.chat:
-            return rendered.segments[0]
-        messages = [{"role": "user", "content": rendered.segments[0]}]
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                             tokenize=False)
-
-
-@overload
-def semantic_function(fn: Callable[..., Any], /) -> SemanticFunction: ...
-@overload
-def semantic_function(*, chat: bool = False, **sampling: Any
-                      ) -> Callable[[Callable[..., Any]], SemanticFunction]: ...
-
-
-def semantic_function(fn: Callable[..., Any] | None = None, /, *, chat: bool = False,
-                      **sampling: Any) -> Any:
-    """Make a semantic function of ``fn``, whose docstring is the prompt template.
-
-    ``sampling`` are :class:`SamplingParams` fields applied to each output (greedy by
-    default). ``chat=True`` sends the rendered prompt as one user message through the
-    tokenizer's chat template; the output is the assistant's answer. Output values are
-    stripped of surrounding whitespace. Usable bare (``@semantic_function``) or called.
-    """
-    params = SamplingParams(**sampling)
-
-    def wrap(f: Callable[..., Any]) -> SemanticFunction:
-        return SemanticFunction(f, params, chat)
-
-    return wrap if fn is None else wrap(fn)
-
-# --- sessions -----------------------------------------------------------------------------
 class SemanticSession:
     """One application DAG: records semantic-function calls, then runs them on ``engine``.
 

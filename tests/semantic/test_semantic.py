@@ -12,14 +12,14 @@ import time
 import pytest
 
 from agentrt import SamplingParams
-from agentrt.graph.semantic import (
+from agentrt.semantic import (
+    LATENCY_BONUS,
     Perf,
     SemanticError,
     SemanticSession,
     SemanticVariable,
     semantic_function,
 )
-from agentrt.graph.semantic_dag import LATENCY_BONUS
 
 _ns = itertools.count()
 
