@@ -1,0 +1,234 @@
+"""Linear layers on a GGUF tensor's own blocks, with their torch reference.
+
+A GGUF file stores each weight row as blocks of its quantization type (Q4_K, Q6_K, Q8_0...).
+:class:`GGUFLinear` keeps those bytes exactly as the file has them -- resident memory is the
+file's, no float copy -- and multiplies activations into them in C++ (``gguf_linear.cpp``):
+
+- decode-sized batches (up to :data:`MAX_KERNEL_ROWS` rows) dequantize one weight row at a time
+  into a cache-resident float buffer, with ggml's own float32 operations, and take its dot
+  product with every activation row (AVX-512 where the CPU has it, else AVX2);
+- prefill-sized batches dequantize :data:`TILE_BYTES` of weight rows at a time in C++ and run
+  one float32 GEMM per tile, never the whole matrix at once.
+
+Either way the result equals :func:`ref_gguf_linear` -- ``h @ W.T`` with ``W`` from
+``gguf.quants.dequantize``, the gguf package's reference -- up to float32 summation order.
+:func:`dequantize_rows` gives float rows for an embedding lookup. Without a compiler or AVX2
+the layer runs the reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from agentrt_kernels.cpu.build import KernelUnavailable, load_library
+
+__all__ = ["MAX_KERNEL_ROWS", "SUPPORTED", "TILE_BYTES", "GGUFLinear", "bytes_per_row",
+           "dequantize", "dequantize_rows", "ref_gguf_linear"]
+
+_T = GGMLQuantizationType
+SUPPORTED: frozenset[GGMLQuantizationType] = frozenset({
+    _T.F32, _T.F16, _T.BF16, _T.Q4_0, _T.Q4_1, _T.Q5_0, _T.Q5_1, _T.Q8_0, _T.Q4_K, _T.Q5_K,
+    _T.Q6_K})
+"""The block formats the kernels run (others -- IQ*, Q2_K, Q3_K, TQ* -- raise ValueError)."""
+MAX_KERNEL_ROWS = 32
+"""Batches up to this many rows run the kernel; larger ones a GEMM per dequantized tile."""
+TILE_BYTES = 8 << 20
+"""Float32 bytes of weight rows one prefill tile dequantizes at a time."""
+
+
+def _check(qtype: GGMLQuantizationType, shape: tuple[int, int]) -> None:
+    if qtype not in SUPPORTED:
+        name = getattr(qtype, "name", str(qtype))
+        names = ", ".join(sorted(t.name for t in SUPPORTED))
+        raise ValueError(f"GGUF tensor type {name} is not supported by agentrt's kernels "
+                         f"(supported: {names})")
+    out_features, in_features = shape
+    block = GGML_QUANT_SIZES[qtype][0]
+    if out_features <= 0 or in_features <= 0 or in_features % block:
+        raise ValueError(f"shape {tuple(shape)}: a {qtype.name} weight needs positive sizes "
+                         f"and in_features a multiple of its block of {block}")
+
+
+def bytes_per_row(qtype: GGMLQuantizationType, in_features: int) -> int:
+    """Bytes one weight row of ``in_features`` values takes in ``qtype``'s blocks."""
+    _check(qtype, (1, in_features))
+    block, size = GGML_QUANT_SIZES[qtype]
+    return in_features // block * size
+
+
+def _rows_of(raw: torch.Tensor, qtype: GGMLQuantizationType,
+             shape: tuple[int, int]) -> torch.Tensor:
+    """``raw`` checked and viewed as (out_features, bytes_per_row) contiguous uint8."""
+    _check(qtype, shape)
+    if raw.dtype != torch.uint8:
+        raise ValueError(f"raw GGUF bytes must be a uint8 tensor, got {raw.dtype}")
+    width = bytes_per_row(qtype, shape[1])
+    if raw.numel() != shape[0] * width:
+        raise ValueError(f"{raw.numel()} bytes do not hold a {qtype.name} weight of shape "
+                         f"{tuple(shape)} ({shape[0]} rows x {width} bytes)")
+    return raw.contiguous().reshape(shape[0], width)
+
+
+def _ref_dequantize(raw: torch.Tensor, qtype: GGMLQuantizationType,
+                    shape: tuple[int, int]) -> torch.Tensor:
+    rows = _rows_of(raw, qtype, shape).numpy()
+    return torch.from_numpy(np.ascontiguousarray(gguf_dequantize(rows, qtype))).reshape(shape)
+
+
+def ref_gguf_linear(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
+                    h: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Torch reference: ``h @ W.T + bias``, ``W`` dequantized by ``gguf.quants.dequantize``."""
+    return F.linear(h, _ref_dequantize(raw, qtype, shape).to(h.dtype), bias)
+
+
+def dequantize(raw: torch.Tensor, qtype: GGMLQuantizationType,
+               shape: tuple[int, int]) -> torch.Tensor:
+    """The float32 (out_features, in_features) weight the GGUF bytes stand for (in C++)."""
+    return _dequantize(_rows_of(raw, qtype, shape), qtype, shape, None, 0, shape[0])
+
+
+def dequantize_rows(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
+                    rows: torch.Tensor) -> torch.Tensor:
+    """Float32 rows ``rows`` (any shape of indices) of the weight: an embedding lookup.
+
+    Returns:
+        ``(*rows.shape, in_features)`` float32.
+    """
+    weight = _rows_of(raw, qtype, shape)
+    index = rows.reshape(-1).to(torch.int64).contiguous()
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= shape[0]):
+        raise IndexError(f"row indices must lie in [0, {shape[0]}), got "
+                         f"[{int(index.min())}, {int(index.max())}]")
+    out = _dequantize(weight, qtype, shape, index, 0, index.numel())
+    return out.reshape(*rows.shape, shape[1])
+
+
+def _dequantize(weight: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
+                index: torch.Tensor | None, first: int, count: int) -> torch.Tensor:
+    """Float rows ``index`` (or ``first .. first + count``) of (N, bytes) ``weight``."""
+    kernel = _kernel()
+    rows = index if index is not None else torch.arange(first, first + count)
+    if kernel is None:
+        picked = weight[rows].numpy()
+        return torch.from_numpy(np.ascontiguousarray(gguf_dequantize(picked, qtype)))
+    out = torch.empty(count, shape[1], dtype=torch.float32)
+    kernel.dequantize(int(qtype), weight.data_ptr(), shape[1],
+                      None if index is None else index.data_ptr(), first, count,
+                      out.data_ptr(), torch.get_num_threads())
+    return out
+
+
+class GGUFLinear:
+    """``h @ W.T (+ bias)`` with ``W`` kept in the GGUF file's own blocks (see the module docs).
+
+    Args:
+        raw: the tensor's bytes exactly as stored in the file (uint8, 1-D or
+            ``(out_features, bytes_per_row)``); kept by reference, not copied when contiguous.
+        qtype: its GGML type; one of :data:`SUPPORTED`, else ``ValueError``.
+        shape: ``(out_features, in_features)``.
+        bias: optional ``(out_features,)``, added in float32.
+    """
+
+    def __init__(self, raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
+                 bias: torch.Tensor | None = None) -> None:
+        self.qtype = GGMLQuantizationType(qtype)
+        self.out_features, self.in_features = int(shape[0]), int(shape[1])
+        self.raw = _rows_of(raw, self.qtype, (self.out_features, self.in_features))
+        self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
+        self._kernel = _kernel()
+        self._isa = self._kernel.best_isa if self._kernel else 0
+        self._type = int(self.qtype)
+        self._pointer = self.raw.data_ptr()  # NOTE: taken once: ~120 calls a decode step
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(out_features, in_features)``."""
+        return self.out_features, self.in_features
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weight one call streams (the file's bytes for this tensor)."""
+        return self.raw.numel()
+
+    @property
+    def isa(self) -> int:
+        """Vector width the kernel runs at: 512 (AVX-512), 256 (AVX2), 0 (the torch reference).
+        Settable to a narrower width this CPU also runs (the tests compare both forms)."""
+        return self._isa
+
+    @isa.setter
+    def isa(self, width: int) -> None:
+        best = self._kernel.best_isa if self._kernel else 0
+        runs = [w for w in (256, 512) if w <= best]
+        if width not in runs:
+            raise ValueError(f"isa={width}: on this machine the kernel runs at {runs or 'none'}")
+        self._isa = width
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """``(T, in_features)`` float32 rows -> ``(T, out_features)`` float32."""
+        if h.dim() != 2 or h.shape[1] != self.in_features:
+            raise ValueError(f"expected (T, {self.in_features}) activations, got "
+                             f"{tuple(h.shape)}")
+        if self._kernel is None or h.dtype != torch.float32:
+            return ref_gguf_linear(self.raw, self.qtype, self.shape, h, self.bias)
+        if h.shape[0] > MAX_KERNEL_ROWS:
+            return self._tiled(h)
+        h = h.contiguous()
+        out = torch.empty(h.shape[0], self.out_features, dtype=torch.float32)
+        self._kernel.linear(self._type, self._pointer, h.data_ptr(), h.shape[0],
+                            self.in_features, self.out_features, out.data_ptr(),
+                            torch.get_num_threads(), self._isa)
+        if self.bias is not None:
+            out += self.bias
+        return out
+
+    def _tiled(self, h: torch.Tensor) -> torch.Tensor:
+        """Prefill: a GEMM per tile of dequantized weight rows."""
+        out = torch.empty(h.shape[0], self.out_features, dtype=torch.float32)
+        step = max(1, TILE_BYTES // (4 * self.in_features))
+        for first in range(0, self.out_features, step):
+            count = min(step, self.out_features - first)
+            tile = _dequantize(self.raw, self.qtype, self.shape, None, first, count)
+            bias = None if self.bias is None else self.bias[first:first + count]
+            out[:, first:first + count] = F.linear(h, tile, bias)
+        return out
+
+    def dequantized(self) -> torch.Tensor:
+        """The whole float32 weight (for tests and conversions; the layer never holds it)."""
+        return _dequantize(self.raw, self.qtype, self.shape, None, 0, self.out_features)
+
+
+class _Kernels(NamedTuple):
+    linear: Any
+    dequantize: Any
+    best_isa: int  # 512 with AVX-512 (F, BW, VL), else 256
+
+
+_loaded: list[_Kernels | None] = []
+
+
+def _kernel() -> _Kernels | None:
+    """The C entry points, or None (the reference runs) where they cannot be built."""
+    if not _loaded:
+        _loaded.append(_open())
+    return _loaded[0]
+
+
+def _open() -> _Kernels | None:
+    try:
+        lib = load_library("gguf_linear")
+    except KernelUnavailable:
+        return None
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+    lib.agentrt_gguf_linear.argtypes = [i32, p, p, i64, i64, i64, p, i32, i32]
+    lib.agentrt_gguf_dequantize.argtypes = [i32, p, i64, p, i64, i64, p, i32]
+    lib.agentrt_gguf_linear.restype = lib.agentrt_gguf_dequantize.restype = i32
+    lib.agentrt_gguf_isa.restype = i32
+    return _Kernels(lib.agentrt_gguf_linear, lib.agentrt_gguf_dequantize, lib.agentrt_gguf_isa())
