@@ -8,8 +8,9 @@ answered with :class:`RequestOutput` (whole) or :class:`StreamDelta` (streamed).
 from agentrt._version import __version__
 from agentrt.backends import Backend, get_backend
 from agentrt.config import EngineConfig
+from agentrt.core.options import RequestOptions
 from agentrt.core.request import Pause
-from agentrt.core.sampling_params import SamplingParams
+from agentrt.core.sampling_params import Grammar, SamplingParams
 from agentrt.engine import Engine, LLMEngine, RequestOutput, StreamDelta
 from agentrt.models import DEFAULT_MODEL, ModelNotFoundError, UnsupportedModelError
 
@@ -43,9 +44,11 @@ __all__ = [
     "DEFAULT_MODEL",
     "Engine",
     "EngineConfig",
+    "Grammar",
     "LLMEngine",
     "ModelNotFoundError",
     "Pause",
+    "RequestOptions",
     "RequestOutput",
     "SamplingParams",
     "StreamDelta",

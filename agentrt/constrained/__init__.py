@@ -26,12 +26,12 @@ _lock = threading.Lock()
 
 
 def get_grammar_backend(engine: Any) -> XGrammarBackend:
-    """The grammar backend for ``engine``'s tokenizer and vocabulary (built once per engine)."""
+    """The grammar backend for ``engine``'s tokenizer and vocabulary (built once per engine;
+    an :class:`~agentrt.Engine` or an :class:`~agentrt.LLMEngine`)."""
     with _lock:
         backend = _backends.get(engine)
         if backend is None:
-            core = engine.core
-            backend = XGrammarBackend(core.tokenizer, core.model_config.vocab_size,
-                                      core.eos_token_ids)
+            info = engine.model_info
+            backend = XGrammarBackend(engine.tokenizer, info.vocab_size, info.eos_token_ids)
             _backends[engine] = backend
         return backend

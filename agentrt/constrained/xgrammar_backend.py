@@ -103,6 +103,10 @@ class XGrammarBackend:
         """Any JSON value (JSON mode)."""
         return self.processor(self.compiler.compile_builtin_json_grammar())
 
+    def regex(self, pattern: str) -> GrammarLogitsProcessor:
+        """A processor for a regular expression (the whole output matches it)."""
+        return self.processor(_compile(self.compiler.compile_regex, pattern))
+
     def ebnf(self, grammar: str, *, root_rule_name: str = "root") -> GrammarLogitsProcessor:
         """A processor for a GBNF/EBNF grammar (llama.cpp syntax)."""
         compiled = _compile(self.compiler.compile_grammar, grammar,

@@ -124,6 +124,8 @@ class Request:
     prefix_handle: Any = None
     segment_start: int = 0
     """Index in ``token_ids`` where this segment's outputs start."""
+    segment_prefill_start: int = 0
+    """``stats.num_prefill_tokens`` when this segment started (its own prefill is the rest)."""
     num_segment_outputs: int = 0
     last_is_sampled: bool = False
     finish_reason: FinishReason | None = None

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MAX_SEED", "MIN_SEED", "LogitsProcessor", "SamplingParams", "check_seed"]
+__all__ = ["MAX_SEED", "MIN_SEED", "Grammar", "GrammarKind", "LogitsProcessor", "SamplingParams",
+           "check_seed"]
 
 MIN_SEED = -(2**63)
 MAX_SEED = 2**63 - 1
@@ -27,6 +28,30 @@ class LogitsProcessor(Protocol):
 
     def __call__(self, output_token_ids: list[int], logits_row: torch.Tensor) -> torch.Tensor: ...
 
+
+GrammarKind = Literal["ebnf", "structural_tag", "json_schema", "regex"]
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A constraint on the output, as data: it travels over the wire (SGLang's sampling
+    params take ``ebnf`` / ``structural_tag`` / ``json_schema`` / ``regex``) and the local
+    engine compiles it (xgrammar) into the request's logits processor when it is added.
+
+    ``spec`` is the grammar text: GBNF/EBNF, a regular expression, or JSON text for a JSON
+    schema or an xgrammar structural tag. A grammar that does not compile is a
+    ``ValueError`` when the request is submitted.
+    """
+
+    kind: GrammarKind
+    spec: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(GrammarKind):
+            raise ValueError(f"grammar kind must be one of {', '.join(get_args(GrammarKind))}, "
+                             f"got {self.kind!r}")
+        if not isinstance(self.spec, str) or not self.spec:
+            raise ValueError("a grammar's spec must be a non-empty string")
 
 
 @dataclass(frozen=True)
@@ -60,7 +85,10 @@ class SamplingParams:
     skip_special_tokens: bool = True
     """Leave special tokens (e.g. ``<|im_end|>``) out of the returned text."""
     logits_processor: LogitsProcessor | None = field(default=None, compare=False, hash=False)
-    """Called on this request's logits row before sampling (see :class:`LogitsProcessor`)."""
+    """Called on this request's logits row before sampling (see :class:`LogitsProcessor`);
+    for in-process users. Front ends that may run remotely set :attr:`grammar` instead."""
+    grammar: Grammar | None = None
+    """Keep the output inside this grammar (the engine makes the logits processor)."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     """Free-form options for layers above the engine (ignored by the engine)."""
 
@@ -83,6 +111,8 @@ class SamplingParams:
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError("logprobs must be >= 0")
         check_seed(self.seed)
+        if self.grammar is not None and not isinstance(self.grammar, Grammar):
+            raise TypeError(f"grammar must be a Grammar, got {type(self.grammar).__name__}")
 
     @property
     def is_greedy(self) -> bool:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from agentrt.config import EngineConfig
+from agentrt.core.model_info import ModelInfo
 from agentrt.core.openmp import release_openmp_pool
-from agentrt.core.request import Pause, Request
+from agentrt.core.options import RequestOptions
+from agentrt.core.request import Request
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.llm_engine import LLMEngine, StepUpdate
 from agentrt.engine.outputs import EngineLoad, RequestOutput, StreamDelta
@@ -34,6 +36,9 @@ class Engine:
 
     Keyword arguments are :class:`EngineConfig` fields (``dtype``, ``kv_cache_gb``,
     ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ...).
+
+    Every call takes per-request ``options`` (:class:`~agentrt.core.options.RequestOptions`)
+    or its fields as keywords (``keep_kv=True``, ``hook=...``), applied on top of it.
     """
 
     def __init__(self, model: str | None = None, *, config: EngineConfig | None = None,
@@ -54,11 +59,30 @@ class Engine:
     # --- properties ------------------------------------------------------------------------
     @property
     def tokenizer(self):
+        """The model's Hugging Face tokenizer (chat template included)."""
         return self.core.tokenizer
 
     @property
     def config(self) -> EngineConfig:
         return self.core.config
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """The loaded model: name, path, architecture, context and vocabulary limits."""
+        return self.core.model_info
+
+    @property
+    def max_model_len(self) -> int:
+        """Most tokens one sequence can hold (prompt + generated)."""
+        return self.core.max_model_len
+
+    def encode(self, text: str | list[int]) -> list[int]:
+        """Token ids of ``text`` (no special tokens added); token ids pass through."""
+        return self.core.encode(text)
+
+    def decode(self, token_ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """The text of ``token_ids`` (special tokens kept unless ``skip_special_tokens``)."""
+        return self.core.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
     @property
     def stats(self):
@@ -79,19 +103,22 @@ class Engine:
 
     # --- generate ---------------------------------------------------------------------------
     def generate(self, prompts: Prompt | list[Prompt], params: SamplingParams | None = None,
-                 **kwargs: Any) -> RequestOutput | list[RequestOutput]:
+                 options: RequestOptions | None = None, **fields: Any
+                 ) -> RequestOutput | list[RequestOutput]:
         """Generate for one prompt (text or token ids) or a batch; blocks until done.
 
-        ``kwargs`` go to :meth:`submit` (``keep_kv``, ``namespace``, ``hook``).
+        ``options`` and keyword ``fields`` as in :meth:`submit` (``keep_kv``, ``namespace``,
+        ``hook``, ...).
         """
         single = _is_single(prompts)
         batch = [prompts] if single else list(prompts)
+        opts = RequestOptions.of(options, **fields)
         waiters: list[Callable[[], RequestOutput]] = []
         with self._lock:  # NOTE: one admission for the whole batch; all or nothing on bad input
             try:
                 for p in batch:
                     waiters.append(self._collect(
-                        lambda s, p=p: self.submit(p, params, subscriber=s, **kwargs)))
+                        lambda s, p=p: self.submit(p, params, opts, subscriber=s)))
             except Exception:
                 for w in waiters:
                     self.abort(w.request_id)
@@ -100,75 +127,78 @@ class Engine:
         return outs[0] if single else outs
 
     async def agenerate(self, prompts: Prompt | list[Prompt],
-                        params: SamplingParams | None = None, **kwargs: Any):
+                        params: SamplingParams | None = None,
+                        options: RequestOptions | None = None, **fields: Any):
         """Async twin of :meth:`generate`."""
         if not _is_single(prompts):
-            return list(await asyncio.gather(*(self.agenerate(p, params, **kwargs)
+            return list(await asyncio.gather(*(self.agenerate(p, params, options, **fields)
                                                for p in prompts)))
         q, sub = _async_queue()
-        req = self.submit(prompts, params, subscriber=sub, **kwargs)
-        async for _ in self._adeltas(req, q):
-            pass
-        return RequestOutput.of(req)
+        req = self.submit(prompts, params, options, subscriber=sub, **fields)
+        return await self._aoutput(req, q)
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None,
-               **kwargs: Any) -> Iterator[StreamDelta]:
+               options: RequestOptions | None = None, **fields: Any) -> Iterator[StreamDelta]:
         """Yield text deltas (never a broken UTF-8 character) as tokens are generated.
 
-        Closing the iterator early aborts the request.
+        Every delta carries the segment's ``num_prompt_tokens`` and ``num_cached_tokens``;
+        the last one its ``finish_reason`` and ``matched_stop``. Closing the iterator early
+        aborts the request.
         """
         q: queue.Queue = queue.Queue()
-        req = self.submit(prompt, params, subscriber=q.put, **kwargs)
+        req = self.submit(prompt, params, options, subscriber=q.put, **fields)
         yield from self._stream_queue(req, q)
 
     async def astream(self, prompt: Prompt, params: SamplingParams | None = None,
-                      **kwargs: Any) -> AsyncIterator[StreamDelta]:
+                      options: RequestOptions | None = None, **fields: Any
+                      ) -> AsyncIterator[StreamDelta]:
         """Async twin of :meth:`stream`; closing the iterator early aborts the request."""
         q, sub = _async_queue()
-        req = self.submit(prompt, params, subscriber=sub, **kwargs)
+        req = self.submit(prompt, params, options, subscriber=sub, **fields)
         async for delta in self._adeltas(req, q):
             yield delta
 
     # --- continuation ------------------------------------------------------------------------
     def resume_stream(self, request_id: str, appended: Prompt,
-                      params: SamplingParams | None = None, **kwargs: Any
+                      params: SamplingParams | None = None,
+                      options: RequestOptions | None = None, **kwargs: Any
                       ) -> Iterator[StreamDelta]:
         """:meth:`resume`, streamed like :meth:`stream` (closing early aborts the request)."""
         q: queue.Queue = queue.Queue()
-        req = self._submit_resume(request_id, appended, params, q.put, kwargs)
+        req = self._submit_resume(request_id, appended, params, options, q.put, kwargs)
         yield from self._stream_queue(req, q)
 
     async def aresume_stream(self, request_id: str, appended: Prompt,
-                             params: SamplingParams | None = None, **kwargs: Any
+                             params: SamplingParams | None = None,
+                             options: RequestOptions | None = None, **kwargs: Any
                              ) -> AsyncIterator[StreamDelta]:
         """Async twin of :meth:`resume_stream`."""
         q, sub = _async_queue()
-        req = self._submit_resume(request_id, appended, params, sub, kwargs)
+        req = self._submit_resume(request_id, appended, params, options, sub, kwargs)
         async for delta in self._adeltas(req, q):
             yield delta
 
     def resume(self, request_id: str, appended: Prompt, params: SamplingParams | None = None,
-               **kwargs: Any) -> RequestOutput:
+               options: RequestOptions | None = None, **kwargs: Any) -> RequestOutput:
         """Continue a paused request (``keep_kv=True``) with appended text or token ids.
 
         Only the appended tokens (and the last generated token, whose KV no step has
         computed yet) are prefilled; the rest of the context's KV is reused — or, if the
         interception policy moved it meanwhile, swapped back in or recomputed from what the
-        prefix cache kept. ``kwargs``: ``keep_kv``, ``forced_token_ids``, ``pause``,
-        ``truncate_to`` (see :meth:`LLMEngine.resume`).
+        prefix cache kept. ``options``, ``truncate_to`` and option fields as keywords
+        (``keep_kv``, ``forced_token_ids``, ``pause``, ``hook``): see
+        :meth:`LLMEngine.resume`.
         """
         return self._collect(lambda s: self._submit_resume(request_id, appended, params,
-                                                           s, kwargs))()
+                                                           options, s, kwargs))()
 
     async def aresume(self, request_id: str, appended: Prompt,
-                      params: SamplingParams | None = None, **kwargs: Any) -> RequestOutput:
+                      params: SamplingParams | None = None,
+                      options: RequestOptions | None = None, **kwargs: Any) -> RequestOutput:
         """Async twin of :meth:`resume`."""
         q, sub = _async_queue()
-        req = self._submit_resume(request_id, appended, params, sub, kwargs)
-        before = req.stats.num_prefill_tokens
-        async for _ in self._adeltas(req, q):
-            pass
-        return RequestOutput.of(req, before)
+        req = self._submit_resume(request_id, appended, params, options, sub, kwargs)
+        return await self._aoutput(req, q)
 
     def set_interception(self, request_id: str, kind: str,
                          expected_duration: float | None = None) -> None:
@@ -193,40 +223,37 @@ class Engine:
             req = self.core.abort(request_id)
             sub = self._subscribers.pop(request_id, None)
             self._wake.notify()
-        if req is not None and sub is not None:
-            sub(StepUpdate(req, [], "", True))
+            update = None if req is None else self.core.update(req, [], "", True)
+        if update is not None and sub is not None:
+            sub(update)
 
     # --- low level --------------------------------------------------------------------------
-    def submit(self, prompt: Prompt, params: SamplingParams | None = None, *,
+    def submit(self, prompt: Prompt, params: SamplingParams | None = None,
+               options: RequestOptions | None = None, *,
                subscriber: Callable[[StepUpdate | BaseException], None] | None = None,
-               request_id: str | None = None, namespace: str = "", hook=None,
-               keep_kv: bool = False, forced_token_ids: Sequence[int] = (),
-               pause: Pause | None = None, group: str | None = None,
-               depth: int = 0) -> Request:
+               **fields: Any) -> Request:
         """Queue a request; ``subscriber`` is called from the driver thread with every update.
 
-        See :meth:`LLMEngine.add_request` for ``hook``, ``keep_kv``, ``forced_token_ids``,
-        ``pause``, ``group`` and ``depth``. Frees the calling thread's OpenMP pool, if its
-        torch work left one (:mod:`agentrt.core.openmp`): while it exists, the driver thread's
-        parallel regions lose their spin-wait.
+        ``options`` (:class:`~agentrt.core.options.RequestOptions`), with keyword ``fields``
+        applied on top, go to :meth:`LLMEngine.add_request`. Frees the calling thread's
+        OpenMP pool, if its torch work left one (:mod:`agentrt.core.openmp`): while it
+        exists, the driver thread's parallel regions lose their spin-wait.
         """
         release_openmp_pool()
         with self._lock:
             self._check_open()
-            req = self.core.add_request(prompt, params, request_id=request_id,
-                                        namespace=namespace, hook=hook, keep_kv=keep_kv,
-                                        forced_token_ids=forced_token_ids, pause=pause,
-                                        group=group, depth=depth)
+            req = self.core.add_request(prompt, params, options, **fields)
             if subscriber is not None:
                 self._subscribers[req.request_id] = subscriber
             self._wake.notify()
         return req
 
-    def _submit_resume(self, request_id, appended, params, subscriber, kwargs) -> Request:
+    def _submit_resume(self, request_id, appended, params, options, subscriber,
+                       kwargs) -> Request:
         release_openmp_pool()  # as in submit()
         with self._lock:
             self._check_open()
-            req = self.core.resume(request_id, appended, params, **kwargs)
+            req = self.core.resume(request_id, appended, params, options, **kwargs)
             self._subscribers[req.request_id] = subscriber
             self._wake.notify()
         return req
@@ -290,15 +317,25 @@ class Engine:
     def _collect(self, submit: Callable[[Callable], Request]) -> Callable[[], RequestOutput]:
         q: queue.Queue = queue.Queue()
         req = submit(q.put)
-        prefill_before = req.stats.num_prefill_tokens
 
         def wait() -> RequestOutput:
             for _ in self._iterate(req, q.get):
                 pass
-            return RequestOutput.of(req, prefill_before)
+            return self._output(req)
 
         wait.request_id = req.request_id  # type: ignore[attr-defined]
         return wait
+
+    async def _aoutput(self, req: Request, q: asyncio.Queue) -> RequestOutput:
+        async for _ in self._adeltas(req, q):
+            pass
+        return self._output(req)
+
+    def _output(self, req: Request) -> RequestOutput:
+        """The finished segment of ``req``, read under the lock (no step, resume or abort
+        changes it meanwhile)."""
+        with self._lock:
+            return RequestOutput.of(req)
 
     async def _adeltas(self, req: Request, q: asyncio.Queue) -> AsyncIterator[StreamDelta]:
         finished = False
@@ -333,8 +370,7 @@ class Engine:
         if isinstance(item, BaseException):
             raise RuntimeError(f"the engine failed while running {req.request_id}: "
                                f"{type(item).__name__}: {item}") from item
-        return StreamDelta(req.request_id, item.text_delta, item.new_token_ids, item.finished,
-                           req.finish_reason if item.finished else None)
+        return item.delta
 
 
 def _async_queue() -> tuple[asyncio.Queue, Callable[[Any], None]]:

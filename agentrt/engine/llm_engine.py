@@ -16,8 +16,8 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
@@ -25,9 +25,13 @@ from agentrt.attention import get_backend
 from agentrt.config import EngineConfig
 from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 from agentrt.core.kv_tensors import KVCacheTensors
+from agentrt.core.model_info import ModelInfo
+from agentrt.core.options import RequestOptions
+from agentrt.core.outputs import StreamDelta, segment_counters
 from agentrt.core.request import Pause, Request, RequestStatus
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.cuda_graph import DecodeGraphs
+from agentrt.engine.grammar import with_grammar_processor
 from agentrt.engine.model_runner import ModelRunner
 from agentrt.engine.sampler import Sampled, sample
 from agentrt.intercept import CostModel, ForwardTimeFit, Strategy, get_policy
@@ -41,7 +45,6 @@ __all__ = ["EngineStats", "LLMEngine", "StepUpdate"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _counter = itertools.count()
-_KEEP = object()  # resume(): keep the request's hook
 
 
 @dataclass
@@ -65,14 +68,16 @@ class EngineStats:
 
 @dataclass(frozen=True)
 class StepUpdate:
-    """What one step did to one request."""
+    """What one step did to one request: the delta its caller sees, made inside the step."""
 
     request: Request
-    new_token_ids: list[int]
-    text_delta: str
-    finished: bool
+    delta: StreamDelta
     error: Exception | None = None
     """What failed inside this request's sampling (it is aborted; the others run on)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.delta.finished
 
 
 class LLMEngine:
@@ -99,7 +104,7 @@ class LLMEngine:
 
     def _init_model(self) -> None:
         dtype = _DTYPES[self.config.resolved_dtype]
-        loaded = load_model(self.config.model, dtype, self.config.quantization,
+        loaded = load_model(self.config.model, dtype, self.config.resolved_quantization,
                             fused_ops=self.config.uses_fused_ops, device=self.device)
         self.model_path, self.model_config = loaded.path, loaded.config
         self.model, self.tokenizer, self.dtype = loaded.model, loaded.tokenizer, dtype
@@ -199,57 +204,71 @@ class LLMEngine:
         mc = self.model_config
         return 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * self.dtype.itemsize
 
-    # --- requests --------------------------------------------------------------------------
+    # --- model ---------------------------------------------------------------------------
+    @property
+    def model_info(self) -> ModelInfo:
+        """The loaded model: name, path, architecture, context and vocabulary limits."""
+        return ModelInfo(name=self.config.model or "", path=str(self.model_path),
+                         architecture=self.model_config.architecture,
+                         max_model_len=self.max_model_len,
+                         vocab_size=self.model_config.vocab_size,
+                         eos_token_ids=tuple(sorted(self.eos_token_ids)))
+
     def encode(self, prompt: str | list[int]) -> list[int]:
         """Token ids of ``prompt`` (text is tokenized without adding special tokens)."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt, add_special_tokens=False)
         return [int(t) for t in prompt]
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
-                    request_id: str | None = None, namespace: str = "", hook=None,
-                    keep_kv: bool = False, forced_token_ids: Sequence[int] = (),
-                    pause: Pause | None = None, group: str | None = None,
-                    depth: int = 0) -> Request:
+    def decode(self, token_ids: list[int], *, skip_special_tokens: bool = False) -> str:
+        """The text of ``token_ids`` (special tokens kept unless ``skip_special_tokens``)."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    # --- requests --------------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    options: RequestOptions | None = None, **fields: Any) -> Request:
         """Validate and queue a request; raises ``ValueError`` on bad input.
 
-        ``forced_token_ids`` replace the sampled token at each step, in order (the forward
-        pass still runs per token); sampling resumes when they run out. ``pause`` says what
-        the request will wait for when this segment ends (a tool kind and, if known, its
-        expected seconds); it implies ``keep_kv``. ``group`` and ``depth`` place a request
-        of a dataflow graph in topology-aware batching (its query, its distance to the sink).
+        ``options`` (see :class:`~agentrt.core.options.RequestOptions`: id, namespace, hook,
+        ``keep_kv``, forced tokens, planned pause, graph group and depth) may also be given
+        as keyword ``fields``, applied on top of ``options``. A ``params.grammar`` is
+        compiled into the request's logits processor here.
         """
-        params = params or SamplingParams()
+        opts = RequestOptions.of(options, **fields)
+        params = with_grammar_processor(params or SamplingParams(), self)
         ids = self.encode(prompt)
         self._check_prompt(ids)
-        rid = request_id or f"req-{next(_counter)}"
+        rid = opts.request_id or f"req-{next(_counter)}"
         if rid in self.requests:
             raise ValueError(f"request id {rid!r} is already in use")
-        req = Request(rid, ids, params, namespace=namespace, hook=hook,
-                      keep_kv=keep_kv or pause is not None, pending_pause=pause,
-                      forced_token_ids=deque(self.encode(list(forced_token_ids))),
-                      group=group, depth=depth)
+        req = Request(rid, ids, params, namespace=opts.namespace, hook=opts.hook,
+                      keep_kv=opts.keeps_kv, pending_pause=opts.pause,
+                      forced_token_ids=deque(self.encode(list(opts.forced_token_ids))),
+                      group=opts.group, depth=opts.depth)
         self._start_segment(req)
         self.requests[rid] = req
         self.scheduler.add(req)
         return req
 
     def resume(self, request_id: str, appended: str | list[int],
-               params: SamplingParams | None = None, *, keep_kv: bool | None = None,
-               forced_token_ids: Sequence[int] = (), pause: Pause | None = None,
-               truncate_to: int | None = None, hook=_KEEP, group: str | None = None,
-               depth: int | None = None) -> Request:
+               params: SamplingParams | None = None, options: RequestOptions | None = None,
+               *, truncate_to: int | None = None, **fields: Any) -> Request:
         """Continue a paused request: append tokens and generate again, reusing its KV.
 
         ``truncate_to`` first rolls the context back to its first n tokens (a seam whose
-        re-tokenization differs: only the tokens after n are computed again).
-        ``forced_token_ids`` and ``pause`` apply to the new segment as in :meth:`add_request`;
-        ``hook`` replaces the request's hook (by default it keeps the one it has); ``group``
-        and ``depth``, when given, re-place it in topology-aware batching.
+        re-tokenization differs: only the tokens after n are computed again). The new
+        segment runs with ``options`` when given (its ``request_id`` must be this request's
+        or None; the namespace is the request's own) — otherwise with the request's hook,
+        ``keep_kv``, group and depth, no forced tokens and no planned pause — and keyword
+        ``fields`` on top (e.g. ``hook=None`` drops the hook).
         """
         req = self._get(request_id)
         if req.status is not RequestStatus.INTERCEPTED:
             raise ValueError(f"request {request_id!r} is {req.status.value}, not paused")
+        opts = (options or self._options_of(req)).updated(fields)
+        if opts.request_id not in (None, request_id):
+            raise ValueError(f"options name request {opts.request_id!r}, not {request_id!r}")
+        params = None if params is None else with_grammar_processor(params, self)
         ids = self.encode(appended)
         kept = req.num_tokens if truncate_to is None else truncate_to
         if not 0 < kept <= req.num_tokens:
@@ -262,17 +281,19 @@ class LLMEngine:
         self.interceptions.resume(req)
         req.token_ids.extend(ids)
         req.params = params or req.params
-        req.keep_kv = req.keep_kv if keep_kv is None else keep_kv
-        req.keep_kv = req.keep_kv or pause is not None
-        req.pending_pause = pause
-        if hook is not _KEEP:
-            req.hook = hook
-        req.group = req.group if group is None else group
-        req.depth = req.depth if depth is None else depth
-        req.forced_token_ids = deque(self.encode(list(forced_token_ids)))
+        req.keep_kv, req.pending_pause, req.hook = opts.keeps_kv, opts.pause, opts.hook
+        req.group, req.depth = opts.group, opts.depth
+        req.forced_token_ids = deque(self.encode(list(opts.forced_token_ids)))
         self._start_segment(req)
         self.scheduler.add(req)
         return req
+
+    @staticmethod
+    def _options_of(req: Request) -> RequestOptions:
+        """What a plain resume keeps of ``req``: hook, ``keep_kv``, group and depth."""
+        return RequestOptions(request_id=req.request_id, namespace=req.namespace,
+                              hook=req.hook, keep_kv=req.keep_kv, group=req.group,
+                              depth=req.depth)
 
     def set_interception(self, request_id: str, kind: str,
                          expected_duration: float | None = None) -> None:
@@ -391,14 +412,23 @@ class LLMEngine:
         if reason is not None:
             self.scheduler.remove(req)
             self._finish(req, reason)
-        return StepUpdate(req, [token], self._stream_delta(req), reason is not None)
+        return self.update(req, [token], self._stream_delta(req), reason is not None)
+
+    def update(self, req: Request, token_ids: list[int], text: str, finished: bool,
+               error: Exception | None = None) -> StepUpdate:
+        """The update (and stream delta, with the segment's counters) of ``req`` now."""
+        prompt, cached, _ = segment_counters(req)
+        delta = StreamDelta(req.request_id, text, token_ids, finished,
+                            req.finish_reason if finished else None, prompt, cached,
+                            req.stop_reason if finished else None)
+        return StepUpdate(req, delta, error)
 
     def _fail(self, req: Request, exc: Exception) -> StepUpdate:
         """Abort ``req`` alone: its logits processor or sampling raised ``exc``."""
         self.scheduler.remove(req)
         self._release(req, "abort")
         req.stop_reason = f"sampling failed: {type(exc).__name__}: {exc}"
-        return StepUpdate(req, [], "", True, error=exc)
+        return self.update(req, [], "", True, error=exc)
 
     @staticmethod
     def _call_hook(req: Request, token: int):
@@ -452,6 +482,7 @@ class LLMEngine:
 
     def _start_segment(self, req: Request) -> None:
         req.segment_start = req.num_tokens
+        req.segment_prefill_start = req.stats.num_prefill_tokens
         req.num_segment_outputs = 0
         req.last_is_sampled = False
         req.finish_reason = req.stop_reason = None
