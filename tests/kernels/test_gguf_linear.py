@@ -17,6 +17,7 @@ from gguf.quants import quantize as gguf_quantize
 
 from agentrt_kernels.cpu import gguf_linear
 from agentrt_kernels.cpu.gguf_linear import (
+    INT8_FORMATS,
     SUPPORTED,
     GGUFLinear,
     bytes_per_row,
@@ -82,6 +83,10 @@ def test_dequantize_is_exactly_ggufs(qtype, shape):
     assert torch.equal(dequantize(raw, qtype, shape), want)
     rows = torch.tensor([[3, 0], [shape[0] - 1, 3]])
     assert torch.equal(dequantize_rows(raw, qtype, shape, rows), want[rows])
+    layer = GGUFLinear(raw, qtype, shape)
+    for isa in _isas():
+        layer.isa = isa
+        assert torch.equal(layer.dequantized(), want), f"isa {isa}"
 
 
 @pytest.mark.parametrize("isa", _isas())
@@ -105,7 +110,7 @@ def test_prefill_runs_in_tiles_and_matches(monkeypatch):
     calls = []
     real = gguf_linear._dequantize
     monkeypatch.setattr(gguf_linear, "_dequantize",
-                        lambda *args: calls.append(args[-1]) or real(*args))
+                        lambda *args: calls.append(args[5]) or real(*args))
     h = torch.randn(gguf_linear.MAX_KERNEL_ROWS + 1, shape[1])
     _close(GGUFLinear(raw, T.Q4_K, shape)(h), ref_gguf_linear(raw, T.Q4_K, shape, h))
     assert calls == [7] * 7 + [1]
@@ -146,3 +151,52 @@ def test_bad_inputs_raise_clear_errors():
         GGUFLinear(raw, T.Q8_0, (4, 64))(torch.zeros(2, 32))
     with pytest.raises(IndexError, match=r"\[0, 4\)"):
         dequantize_rows(raw, T.Q8_0, (4, 64), torch.tensor([4]))
+
+
+INT8_CASES = [(t, s) for t, s in CASES if t in INT8_FORMATS]
+
+
+@pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=str)
+def test_int8_activations_are_ggmls_blocks(qtype, shape):
+    """The C++ activation quantizer equals the torch twin bit for bit, and stays within half
+    a grid step of the float activations."""
+    h = torch.randn(5, shape[1]) * torch.logspace(-3, 2, shape[1])
+    h[1] = 0  # an all-zero block has scale 0
+    want = gguf_linear.ref_int8_activations(h, qtype)
+    got = torch.empty_like(h)
+    kernel = gguf_linear._int8_kernel()
+    assert kernel is not None, "the integer kernel did not build on this machine"
+    kernel.activations(int(qtype), h.data_ptr(), 5, shape[1], got.data_ptr())
+    assert torch.equal(got, want)
+    size = 256 if qtype in (T.Q4_K, T.Q5_K, T.Q6_K) else 32
+    step = h.reshape(5, -1, size).abs().amax(-1, keepdim=True) / 127
+    slack = 127 / 2048 if size == 32 else 0  # Q8_0 keeps its scale as f16: 11 bits
+    assert ((want - h).reshape(5, -1, size).abs() <= step * (0.5001 + slack) + 1e-12).all()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 32])
+@pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=str)
+def test_int8_linear_equals_its_reference(qtype, shape, rows):
+    raw = random_blocks(qtype, shape, seed=rows)
+    gen = torch.Generator().manual_seed(rows)
+    bias = torch.randn(shape[0], generator=gen)
+    layer = GGUFLinear(raw, qtype, shape, bias, activations="int8")
+    h = torch.randn(rows, shape[1], generator=gen)
+    got = layer(h)
+    _close(got, ref_gguf_linear(raw, qtype, shape, h, bias, activations="int8"))
+    exact = ref_gguf_linear(raw, qtype, shape, h, bias)
+    assert not torch.equal(got, exact)  # the activations really were quantized
+    torch.testing.assert_close(got, exact, rtol=0, atol=0.05 * float(exact.abs().max()))
+
+
+def test_int8_leaves_float_formats_and_prefill_in_float32():
+    raw = random_blocks(T.F16, (8, 64))
+    h = torch.randn(2, 64)
+    layer = GGUFLinear(raw, T.F16, (8, 64), activations="int8")
+    _close(layer(h), ref_gguf_linear(raw, T.F16, (8, 64), h))
+    raw = random_blocks(T.Q8_0, (8, 64))
+    h = torch.randn(gguf_linear.MAX_KERNEL_ROWS + 1, 64)
+    _close(GGUFLinear(raw, T.Q8_0, (8, 64), activations="int8")(h),
+           ref_gguf_linear(raw, T.Q8_0, (8, 64), h))
+    with pytest.raises(ValueError, match="activations='int4'"):
+        GGUFLinear(raw, T.Q8_0, (8, 64), activations="int4")

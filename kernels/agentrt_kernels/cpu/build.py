@@ -27,7 +27,7 @@ from agentrt import env
 __all__ = ["KERNELS", "KernelFallbackWarning", "KernelUnavailable", "load_library"]
 
 _SOURCES = Path(__file__).parent
-KERNELS = ("decode_ops", "gguf_linear", "quant_linear")
+KERNELS = ("decode_ops", "gguf_int8", "gguf_linear", "quant_linear")
 """The ``<name>.cpp`` sources next to this file."""
 _warned = False  # NOTE: one KernelFallbackWarning per process, whichever kernel failed first
 # -ffp-contract=off: a dequantized weight is d * q + mn in two roundings, like the reference

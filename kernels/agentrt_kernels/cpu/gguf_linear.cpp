@@ -234,54 +234,9 @@ static inline void dot256(const float* w, const float* x, int64_t ldx, int64_t K
     }
 }
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
-
-template <int R>
-AVX512 static inline void dot512(const float* w, const float* x, int64_t ldx, int64_t K,
-                                 float* out, int64_t ldo) {
-    __m512 acc[R][2];
-    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32) {
-        const __m512 w0 = _mm512_loadu_ps(w + k), w1 = _mm512_loadu_ps(w + k + 16);
-        for (int i = 0; i < R; ++i) {
-            acc[i][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i * ldx + k), acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i * ldx + k + 16), acc[i][1]);
-        }
-    }
-    for (int i = 0; i < R; ++i) {
-        float t = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
-        for (int64_t j = k; j < K; ++j) t += w[j] * x[i * ldx + j];
-        out[i * ldo] = t;
-    }
-}
-
-template <bool W512>
-static inline void dot_rows(const float* w, const float* x, int64_t M, int64_t K, float* out,
-                            int64_t N);
-
-template <>
-inline void dot_rows<false>(const float* w, const float* x, int64_t M, int64_t K, float* out,
-                            int64_t N) {
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) dot256<4>(w, x + m * K, K, K, out + m * N, N);
-    if (m + 2 <= M) dot256<2>(w, x + m * K, K, K, out + m * N, N), m += 2;
-    if (m < M) dot256<1>(w, x + m * K, K, K, out + m * N, N);
-}
-
-template <>
-AVX512 inline void dot_rows<true>(const float* w, const float* x, int64_t M, int64_t K,
-                                  float* out, int64_t N) {
-    int64_t m = 0;
-    for (; m + 8 <= M; m += 8) dot512<8>(w, x + m * K, K, K, out + m * N, N);
-    if (m + 4 <= M) dot512<4>(w, x + m * K, K, K, out + m * N, N), m += 4;
-    if (m + 2 <= M) dot512<2>(w, x + m * K, K, K, out + m * N, N), m += 2;
-    if (m < M) dot512<1>(w, x + m * K, K, K, out + m * N, N);
-}
-
-template <class F, bool W512>
-static void linear(const uint8_t* w, const float* x, int64_t M, int64_t K, int64_t N,
-                   float* out, int32_t num_threads) {
+template <class F>
+static void linear256(const uint8_t* w, const float* x, int64_t M, int64_t K, int64_t N,
+                      float* out, int32_t num_threads) {
     const int64_t rb = row_bytes<F>(K);
     #pragma omp parallel num_threads(num_threads)
     {
@@ -289,14 +244,17 @@ static void linear(const uint8_t* w, const float* x, int64_t M, int64_t K, int64
         #pragma omp for schedule(static)
         for (int64_t n = 0; n < N; ++n) {
             F::row(w + n * rb, K, buf.data());
-            dot_rows<W512>(buf.data(), x, M, K, out + n, N);
+            int64_t m = 0;
+            for (; m + 4 <= M; m += 4) dot256<4>(buf.data(), x + m * K, K, K, out + m * N + n, N);
+            if (m + 2 <= M) dot256<2>(buf.data(), x + m * K, K, K, out + m * N + n, N), m += 2;
+            if (m < M) dot256<1>(buf.data(), x + m * K, K, K, out + m * N + n, N);
         }
     }
 }
 
 template <class F>
-static void dequantize(const uint8_t* w, int64_t K, const int64_t* rows, int64_t first,
-                       int64_t count, float* out, int32_t num_threads) {
+static void dequantize256(const uint8_t* w, int64_t K, const int64_t* rows, int64_t first,
+                          int64_t count, float* out, int32_t num_threads) {
     const int64_t rb = row_bytes<F>(K);
     #pragma omp parallel for num_threads(num_threads) schedule(static)
     for (int64_t i = 0; i < count; ++i) {
@@ -304,6 +262,214 @@ static void dequantize(const uint8_t* w, int64_t K, const int64_t* rows, int64_t
         F::row(w + n * rb, K, out + i * K);
     }
 }
+
+// ---- AVX-512: each block decoded straight into registers, 16 exact weights at a time ----
+//
+// V512<F>::block(b, emit) calls emit(offset, w) for each 16 consecutive weights of the block at
+// b, w computed with the scalar form's float32 operations. NOTE: no std:: templates in this
+// region: an instantiation compiled for AVX-512 could be shared with the AVX2 path.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")
+
+static inline __m512 i8_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+static inline __m512 i32_ps(__m512i v) { return _mm512_cvtepi32_ps(v); }
+static inline __m128i low4(__m128i v) { return _mm_and_si128(v, _mm_set1_epi8(0x0F)); }
+static inline __m128i high4(__m128i v) { return low4(_mm_srli_epi16(v, 4)); }
+static inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128((const __m128i*)p); }
+
+template <class F> struct V512;
+
+template <> struct V512<Blocks<BlockQ8_0>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        const __m512 d = _mm512_set1_ps(half(b));
+        emit(0, _mm512_mul_ps(i8_ps(load16(b + 2)), d));
+        emit(16, _mm512_mul_ps(i8_ps(load16(b + 18)), d));
+    }
+};
+
+template <> struct V512<Blocks<BlockQ4_0>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        const __m512 d = _mm512_set1_ps(half(b));
+        const __m128i qs = load16(b + 2), eight = _mm_set1_epi8(8);
+        emit(0, _mm512_mul_ps(i8_ps(_mm_sub_epi8(low4(qs), eight)), d));
+        emit(16, _mm512_mul_ps(i8_ps(_mm_sub_epi8(high4(qs), eight)), d));
+    }
+};
+
+template <> struct V512<Blocks<BlockQ4_1>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        const __m512 d = _mm512_set1_ps(half(b)), m = _mm512_set1_ps(half(b + 2));
+        const __m128i qs = load16(b + 4);
+        emit(0, _mm512_add_ps(_mm512_mul_ps(i8_ps(low4(qs)), d), m));
+        emit(16, _mm512_add_ps(_mm512_mul_ps(i8_ps(high4(qs)), d), m));
+    }
+};
+
+// Q5_0 / Q5_1: bit j of qh is the fifth bit of value j.
+template <bool MIN, class E>
+static inline void q5_block(float dq, float mq, const uint8_t* b, E& emit) {
+    uint32_t qh;
+    memcpy(&qh, b, 4);
+    const __m128i qs = load16(b + 4);
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    const __m512 d = _mm512_set1_ps(dq), m = _mm512_set1_ps(mq);
+    __m512i q[2] = {_mm512_cvtepu8_epi32(low4(qs)), _mm512_cvtepu8_epi32(high4(qs))};
+    for (int h = 0; h < 2; ++h) {
+        q[h] = _mm512_mask_add_epi32(q[h], (__mmask16)(qh >> (16 * h)), q[h], sixteen);
+        if (MIN) emit(16 * h, _mm512_add_ps(_mm512_mul_ps(i32_ps(q[h]), d), m));
+        else emit(16 * h, _mm512_mul_ps(i32_ps(_mm512_sub_epi32(q[h], sixteen)), d));
+    }
+}
+
+template <> struct V512<Blocks<BlockQ5_0>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        q5_block<false>(half(b), 0.f, b + 2, emit);
+    }
+};
+
+template <> struct V512<Blocks<BlockQ5_1>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        q5_block<true>(half(b), half(b + 2), b + 4, emit);
+    }
+};
+
+// Q4_K / Q5_K: sub-block s (32 values) = d * sc[s] * q - dmin * m[s].
+template <bool FIVE, class E>
+static inline void k_block(const uint8_t* b, E& emit) {
+    const float d = half(b), dmin = half(b + 2);
+    const uint8_t* ql = b + (FIVE ? 48 : 16);
+    const __m128i qh[2] = {load16(b + 16), load16(b + 32)};
+    for (int s = 0; s < 8; ++s) {
+        int sc, mn;
+        scale_min_k4(s, b + 4, &sc, &mn);
+        const __m512 ds = _mm512_set1_ps(d * (float)sc), ms = _mm512_set1_ps(dmin * (float)mn);
+        for (int h = 0; h < 2; ++h) {
+            const __m128i bytes = load16(ql + 32 * (s / 2) + 16 * h);
+            __m512i q = _mm512_cvtepu8_epi32(s % 2 ? high4(bytes) : low4(bytes));
+            if (FIVE) {
+                const __mmask16 top = _mm_test_epi8_mask(qh[h], _mm_set1_epi8((char)(1 << s)));
+                q = _mm512_mask_add_epi32(q, top, q, _mm512_set1_epi32(16));
+            }
+            emit(32 * s + 16 * h, _mm512_sub_ps(_mm512_mul_ps(ds, i32_ps(q)), ms));
+        }
+    }
+}
+
+template <> struct V512<Blocks<BlockQ4_K>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        k_block<false>(b, emit);
+    }
+};
+
+template <> struct V512<Blocks<BlockQ5_K>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        k_block<true>(b, emit);
+    }
+};
+
+// Q6_K: value 128 * h + 32 * c + l is nibble (c / 2) of ql[64 h + 32 (c % 2) + l] with bits
+// 2c, 2c + 1 of qh[32 h + l] above it, minus 32, times d * sc[8 h + 2 c + l / 16].
+template <> struct V512<Blocks<BlockQ6_K>> {
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        const float d = half(b + 208);
+        const int8_t* sc = (const int8_t*)(b + 192);
+        const __m128i three = _mm_set1_epi8(3), bias = _mm_set1_epi8(32);
+        for (int h = 0; h < 2; ++h) {
+            for (int l = 0; l < 32; l += 16) {
+                const __m128i hi = load16(b + 128 + 32 * h + l);
+                for (int c = 0; c < 4; ++c) {
+                    const __m128i lo = load16(b + 64 * h + 32 * (c % 2) + l);
+                    const __m128i top = _mm_and_si128(_mm_srli_epi16(hi, 2 * c), three);
+                    const __m128i q = _mm_sub_epi8(
+                        _mm_or_si128(c < 2 ? low4(lo) : high4(lo), _mm_slli_epi16(top, 4)), bias);
+                    const __m512 ds = _mm512_set1_ps(d * (float)sc[8 * h + 2 * c + l / 16]);
+                    emit(128 * h + 32 * c + l, _mm512_mul_ps(ds, i8_ps(q)));
+                }
+            }
+        }
+    }
+};
+
+template <> struct V512<RowF32> {
+    static constexpr int64_t BLOCK = 16, BYTES = 64;
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        emit(0, _mm512_loadu_ps((const float*)b));
+    }
+};
+
+template <> struct V512<RowF16> {
+    static constexpr int64_t BLOCK = 16, BYTES = 32;
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        emit(0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)b)));
+    }
+};
+
+template <> struct V512<RowBF16> {
+    static constexpr int64_t BLOCK = 16, BYTES = 32;
+    template <class E> static inline void block(const uint8_t* b, E& emit) {
+        const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)b));
+        emit(0, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+};
+
+template <class F> struct Shape512 {  // block formats: the scalar form's block
+    static constexpr int64_t BLOCK = F::BLOCK, BYTES = F::BYTES;
+};
+template <> struct Shape512<RowF32> : V512<RowF32> {};
+template <> struct Shape512<RowF16> : V512<RowF16> {};
+template <> struct Shape512<RowBF16> : V512<RowBF16> {};
+
+// R activation rows (x, row stride K) against one weight row; out[i * N] for row i.
+template <class F, int R>
+static void rows512(const uint8_t* wrow, const float* x, int64_t K, float* out, int64_t N) {
+    constexpr int64_t BLOCK = Shape512<F>::BLOCK, BYTES = Shape512<F>::BYTES;
+    __m512 acc[R][2];
+    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t blk = 0; blk < K / BLOCK; ++blk) {
+        const float* xb = x + blk * BLOCK;
+        auto emit = [&](int off, __m512 w) {
+            const int a = (off / 16) % 2;
+            for (int i = 0; i < R; ++i)
+                acc[i][a] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb + i * K + off), acc[i][a]);
+        };
+        V512<F>::block(wrow + blk * BYTES, emit);
+    }
+    for (int i = 0; i < R; ++i)
+        out[i * N] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
+template <class F>
+static void linear512(const uint8_t* w, const float* x, int64_t M, int64_t K, int64_t N,
+                      float* out, int32_t num_threads) {
+    const int64_t rb = row_bytes<F>(K);
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+        const uint8_t* wrow = w + n * rb;
+        int64_t m = 0;
+        for (; m + 8 <= M; m += 8) rows512<F, 8>(wrow, x + m * K, K, out + m * N + n, N);
+        if (m + 4 <= M) rows512<F, 4>(wrow, x + m * K, K, out + m * N + n, N), m += 4;
+        if (m + 2 <= M) rows512<F, 2>(wrow, x + m * K, K, out + m * N + n, N), m += 2;
+        if (m < M) rows512<F, 1>(wrow, x + m * K, K, out + m * N + n, N);
+    }
+}
+
+template <class F>
+static void dequantize512(const uint8_t* w, int64_t K, const int64_t* rows, int64_t first,
+                          int64_t count, float* out, int32_t num_threads) {
+    constexpr int64_t BLOCK = Shape512<F>::BLOCK, BYTES = Shape512<F>::BYTES;
+    const int64_t rb = row_bytes<F>(K);
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t i = 0; i < count; ++i) {
+        const uint8_t* wrow = w + (rows ? rows[i] : first + i) * rb;
+        for (int64_t blk = 0; blk < K / BLOCK; ++blk) {
+            float* y = out + i * K + blk * BLOCK;
+            auto emit = [&](int off, __m512 v) { _mm512_storeu_ps(y + off, v); };
+            V512<F>::block(wrow + blk * BYTES, emit);
+        }
+    }
+}
+
+#pragma GCC pop_options
 
 // Calls fn.template operator()<Format>() for the format `type`; false if it is not one.
 template <class Fn>
@@ -338,8 +504,9 @@ extern "C" int32_t agentrt_gguf_linear(int32_t type, const uint8_t* w, const flo
                                        int32_t isa) {
     const bool known = dispatch(type, [&](auto f) {
         using F = decltype(f);
-        if (isa == 512) linear<F, true>(w, x, M, K, N, out, num_threads);
-        else linear<F, false>(w, x, M, K, N, out, num_threads);
+        if (isa == 512 && K % Shape512<F>::BLOCK == 0)
+            linear512<F>(w, x, M, K, N, out, num_threads);
+        else linear256<F>(w, x, M, K, N, out, num_threads);
     });
     return known ? 0 : -1;
 }
@@ -347,9 +514,12 @@ extern "C" int32_t agentrt_gguf_linear(int32_t type, const uint8_t* w, const flo
 // out (count, K) = float rows rows[i] (or first + i when rows is null) of the (N, K) weight.
 extern "C" int32_t agentrt_gguf_dequantize(int32_t type, const uint8_t* w, int64_t K,
                                            const int64_t* rows, int64_t first, int64_t count,
-                                           float* out, int32_t num_threads) {
+                                           float* out, int32_t num_threads, int32_t isa) {
     const bool known = dispatch(type, [&](auto f) {
-        dequantize<decltype(f)>(w, K, rows, first, count, out, num_threads);
+        using F = decltype(f);
+        if (isa == 512 && K % Shape512<F>::BLOCK == 0)
+            dequantize512<F>(w, K, rows, first, count, out, num_threads);
+        else dequantize256<F>(w, K, rows, first, count, out, num_threads);
     });
     return known ? 0 : -1;
 }

@@ -12,6 +12,12 @@ file's, no float copy -- and multiplies activations into them in C++ (``gguf_lin
 
 Either way the result equals :func:`ref_gguf_linear` -- ``h @ W.T`` with ``W`` from
 ``gguf.quants.dequantize``, the gguf package's reference -- up to float32 summation order.
+
+``activations="int8"`` is the other numeric path, llama.cpp's (``gguf_int8.cpp``): decode-sized
+batches quantize the activations to 8 bits per 32 values (ggml's Q8_0, against Q4_0..Q8_0) or
+per 256 (ggml's Q8_K, against the k-quants) and take integer dot products with the blocks;
+its twin is ``ref_gguf_linear(..., activations="int8")``: ``q8(h) @ W.T``. Float formats
+(F32, F16, BF16) and prefill-sized batches always run float32.
 :func:`dequantize_rows` gives float rows for an embedding lookup. Without a compiler or AVX2
 the layer runs the reference.
 """
@@ -19,7 +25,7 @@ the layer runs the reference.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -29,14 +35,19 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from agentrt_kernels.cpu.build import KernelUnavailable, load_library
 
-__all__ = ["MAX_KERNEL_ROWS", "SUPPORTED", "TILE_BYTES", "GGUFLinear", "bytes_per_row",
-           "dequantize", "dequantize_rows", "ref_gguf_linear"]
+__all__ = ["INT8_FORMATS", "MAX_KERNEL_ROWS", "SUPPORTED", "TILE_BYTES", "Activations",
+           "GGUFLinear", "bytes_per_row", "dequantize", "dequantize_rows", "ref_gguf_linear",
+           "ref_int8_activations"]
 
 _T = GGMLQuantizationType
 SUPPORTED: frozenset[GGMLQuantizationType] = frozenset({
     _T.F32, _T.F16, _T.BF16, _T.Q4_0, _T.Q4_1, _T.Q5_0, _T.Q5_1, _T.Q8_0, _T.Q4_K, _T.Q5_K,
     _T.Q6_K})
 """The block formats the kernels run (others -- IQ*, Q2_K, Q3_K, TQ* -- raise ValueError)."""
+INT8_FORMATS: frozenset[GGMLQuantizationType] = SUPPORTED - {_T.F32, _T.F16, _T.BF16}
+"""The formats ``activations="int8"`` applies to (the others run float32)."""
+_K_QUANTS = frozenset({_T.Q4_K, _T.Q5_K, _T.Q6_K})
+Activations = Literal["float32", "int8"]
 MAX_KERNEL_ROWS = 32
 """Batches up to this many rows run the kernel; larger ones a GEMM per dequantized tile."""
 TILE_BYTES = 8 << 20
@@ -83,9 +94,34 @@ def _ref_dequantize(raw: torch.Tensor, qtype: GGMLQuantizationType,
 
 
 def ref_gguf_linear(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
-                    h: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Torch reference: ``h @ W.T + bias``, ``W`` dequantized by ``gguf.quants.dequantize``."""
+                    h: torch.Tensor, bias: torch.Tensor | None = None, *,
+                    activations: Activations = "float32") -> torch.Tensor:
+    """Torch reference: ``h @ W.T + bias``, ``W`` dequantized by ``gguf.quants.dequantize``;
+    with ``activations="int8"`` (a format of :data:`INT8_FORMATS`), ``h`` is first quantized
+    and dequantized as ggml's Q8_0 / Q8_K would (:func:`ref_int8_activations`)."""
+    if activations == "int8" and qtype in INT8_FORMATS:
+        h = ref_int8_activations(h, qtype)
     return F.linear(h, _ref_dequantize(raw, qtype, shape).to(h.dtype), bias)
+
+
+def ref_int8_activations(h: torch.Tensor, qtype: GGMLQuantizationType) -> torch.Tensor:
+    """``h`` as the integer path sees it: ``q * d`` per value, ggml's Q8_K blocks of 256 for a
+    k-quant weight (``d = xm / -127``, ``xm`` the value of largest magnitude), else Q8_0 blocks
+    of 32 (``d = max|x| / 127``, kept as f16); ``q`` rounded half to even."""
+    size = 256 if qtype in _K_QUANTS else 32
+    x = h.to(torch.float32).reshape(*h.shape[:-1], -1, size)
+    one = torch.ones(())  # NOTE: `c / t` in torch is c * (1 / t): two roundings, not ggml's one
+    if size == 32:
+        scale = x.abs().amax(-1, keepdim=True) / 127
+        inverse = torch.where(scale != 0, one / scale, 0.0)
+        q = torch.round(x * inverse).clamp(-127, 127)
+        out = q * scale.half().float()
+    else:
+        peak = x.gather(-1, x.abs().argmax(-1, keepdim=True))
+        inverse = torch.where(peak != 0, -127 * one / peak, 0.0)
+        q = torch.round(inverse * x).clamp(-127, 127)
+        out = q * torch.where(peak != 0, one / inverse, 0.0)
+    return out.reshape(h.shape)
 
 
 def dequantize(raw: torch.Tensor, qtype: GGMLQuantizationType,
@@ -111,8 +147,10 @@ def dequantize_rows(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple
 
 
 def _dequantize(weight: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
-                index: torch.Tensor | None, first: int, count: int) -> torch.Tensor:
-    """Float rows ``index`` (or ``first .. first + count``) of (N, bytes) ``weight``."""
+                index: torch.Tensor | None, first: int, count: int,
+                isa: int | None = None) -> torch.Tensor:
+    """Float rows ``index`` (or ``first .. first + count``) of (N, bytes) ``weight``, by the
+    kernel at vector width ``isa`` (default: the widest this CPU runs)."""
     kernel = _kernel()
     rows = index if index is not None else torch.arange(first, first + count)
     if kernel is None:
@@ -121,7 +159,7 @@ def _dequantize(weight: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[
     out = torch.empty(count, shape[1], dtype=torch.float32)
     kernel.dequantize(int(qtype), weight.data_ptr(), shape[1],
                       None if index is None else index.data_ptr(), first, count,
-                      out.data_ptr(), torch.get_num_threads())
+                      out.data_ptr(), torch.get_num_threads(), isa or kernel.best_isa)
     return out
 
 
@@ -134,15 +172,23 @@ class GGUFLinear:
         qtype: its GGML type; one of :data:`SUPPORTED`, else ``ValueError``.
         shape: ``(out_features, in_features)``.
         bias: optional ``(out_features,)``, added in float32.
+        activations: ``"float32"`` (exact weights) or ``"int8"`` (llama.cpp's integer dot
+            products on 8-bit activations, for decode-sized batches of :data:`INT8_FORMATS`).
     """
 
     def __init__(self, raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
-                 bias: torch.Tensor | None = None) -> None:
+                 bias: torch.Tensor | None = None, *,
+                 activations: Activations = "float32") -> None:
+        if activations not in ("float32", "int8"):
+            raise ValueError(f"activations={activations!r}: expected 'float32' or 'int8'")
+        self.activations: Activations = activations
         self.qtype = GGMLQuantizationType(qtype)
         self.out_features, self.in_features = int(shape[0]), int(shape[1])
         self.raw = _rows_of(raw, self.qtype, (self.out_features, self.in_features))
         self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
         self._kernel = _kernel()
+        self._is_int8 = activations == "int8" and self.qtype in INT8_FORMATS
+        self._int8 = _int8_kernel() if self._is_int8 else None
         self._isa = self._kernel.best_isa if self._kernel else 0
         self._type = int(self.qtype)
         self._pointer = self.raw.data_ptr()  # NOTE: taken once: ~120 calls a decode step
@@ -176,15 +222,23 @@ class GGUFLinear:
         if h.dim() != 2 or h.shape[1] != self.in_features:
             raise ValueError(f"expected (T, {self.in_features}) activations, got "
                              f"{tuple(h.shape)}")
-        if self._kernel is None or h.dtype != torch.float32:
-            return ref_gguf_linear(self.raw, self.qtype, self.shape, h, self.bias)
+        missing = self._kernel is None or (self._int8 is None and self._is_int8)
+        if missing or h.dtype != torch.float32:
+            prefill = h.shape[0] > MAX_KERNEL_ROWS
+            return ref_gguf_linear(self.raw, self.qtype, self.shape, h, self.bias,
+                                   activations="float32" if prefill else self.activations)
         if h.shape[0] > MAX_KERNEL_ROWS:
             return self._tiled(h)
         h = h.contiguous()
         out = torch.empty(h.shape[0], self.out_features, dtype=torch.float32)
-        self._kernel.linear(self._type, self._pointer, h.data_ptr(), h.shape[0],
-                            self.in_features, self.out_features, out.data_ptr(),
-                            torch.get_num_threads(), self._isa)
+        if self._int8 is not None:
+            self._int8.linear(self._type, self._pointer, self.raw.shape[1], h.data_ptr(),
+                              h.shape[0], self.in_features, self.out_features, out.data_ptr(),
+                              torch.get_num_threads())
+        else:
+            self._kernel.linear(self._type, self._pointer, h.data_ptr(), h.shape[0],
+                                self.in_features, self.out_features, out.data_ptr(),
+                                torch.get_num_threads(), self._isa)
         if self.bias is not None:
             out += self.bias
         return out
@@ -195,14 +249,15 @@ class GGUFLinear:
         step = max(1, TILE_BYTES // (4 * self.in_features))
         for first in range(0, self.out_features, step):
             count = min(step, self.out_features - first)
-            tile = _dequantize(self.raw, self.qtype, self.shape, None, first, count)
+            tile = _dequantize(self.raw, self.qtype, self.shape, None, first, count, self._isa)
             bias = None if self.bias is None else self.bias[first:first + count]
             out[:, first:first + count] = F.linear(h, tile, bias)
         return out
 
     def dequantized(self) -> torch.Tensor:
         """The whole float32 weight (for tests and conversions; the layer never holds it)."""
-        return _dequantize(self.raw, self.qtype, self.shape, None, 0, self.out_features)
+        return _dequantize(self.raw, self.qtype, self.shape, None, 0, self.out_features,
+                           self._isa)
 
 
 class _Kernels(NamedTuple):
@@ -212,6 +267,7 @@ class _Kernels(NamedTuple):
 
 
 _loaded: list[_Kernels | None] = []
+_loaded_int8: list[Any] = []
 
 
 def _kernel() -> _Kernels | None:
@@ -228,7 +284,32 @@ def _open() -> _Kernels | None:
         return None
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
     lib.agentrt_gguf_linear.argtypes = [i32, p, p, i64, i64, i64, p, i32, i32]
-    lib.agentrt_gguf_dequantize.argtypes = [i32, p, i64, p, i64, i64, p, i32]
+    lib.agentrt_gguf_dequantize.argtypes = [i32, p, i64, p, i64, i64, p, i32, i32]
     lib.agentrt_gguf_linear.restype = lib.agentrt_gguf_dequantize.restype = i32
     lib.agentrt_gguf_isa.restype = i32
     return _Kernels(lib.agentrt_gguf_linear, lib.agentrt_gguf_dequantize, lib.agentrt_gguf_isa())
+
+
+class _Int8Kernels(NamedTuple):
+    linear: Any
+    activations: Any
+
+
+def _int8_kernel() -> _Int8Kernels | None:
+    """The integer-path entry points, or None (the int8 reference runs)."""
+    if not _loaded_int8:
+        _loaded_int8.append(_open_int8())
+    return _loaded_int8[0]
+
+
+def _open_int8() -> _Int8Kernels | None:
+    try:
+        lib = load_library("gguf_int8")
+    except KernelUnavailable:
+        return None
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+    lib.agentrt_gguf_int8_linear.argtypes = [i32, p, i64, p, i64, i64, i64, p, i32]
+    lib.agentrt_gguf_int8_linear.restype = i32
+    lib.agentrt_gguf_int8_activations.argtypes = [i32, p, i64, i64, p]
+    lib.agentrt_gguf_int8_activations.restype = None
+    return _Int8Kernels(lib.agentrt_gguf_int8_linear, lib.agentrt_gguf_int8_activations)

@@ -1,0 +1,351 @@
+// Linear layers on GGUF's own block formats, integer path (AVX2), as llama.cpp computes them.
+//
+// The activations are quantized to 8 bits first, the way ggml does for its CPU dot products:
+//   - against 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), per 32 values (ggml's Q8_0):
+//     d = max|x| / 127 (kept rounded to f16, as ggml stores it), q = round(x / d);
+//   - against the k-quants (Q4_K, Q5_K, Q6_K), per 256 values (ggml's Q8_K): with xm the value of
+//     largest magnitude, s = -127 / xm, q = min(127, round(s * x)), d = 1 / s;
+// rounding half to even. Each weight block then meets its activation block in integer dot
+// products (maddubs: u8 x s8 pairs into int16, madd: with the block's scales into int32), and one
+// float multiply-add per block applies d_w * d_x. The result equals `(q_x * d_x) @ W.T` -- W the
+// exact dequantized weight -- up to float32 rounding and summation order; the Python twin
+// computes exactly that. Output rows are split across OpenMP threads (torch's libgomp).
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <vector>
+
+#pragma GCC target("f16c")
+
+enum : int32_t { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13,
+                 Q6_K = 14 };
+
+static constexpr int R = 4;  // activation rows per pass over a weight row
+
+static inline float half(const uint8_t* p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+// ---- activations ----
+
+struct Acts {           // M rows of K quantized activations
+    std::vector<int8_t> q;   // (M, K)
+    std::vector<float> d;    // (M, K / B) scales, B = 32 or 256
+    std::vector<int32_t> s;  // (M, K / 32) sums of q (32-value formats)
+    std::vector<int16_t> bsum;  // (M, K / 16) sums of q (k-quants)
+};
+
+static inline int8_t clamp127(float v) {
+    const float r = nearbyintf(v);
+    return (int8_t)(r > 127.f ? 127.f : r < -127.f ? -127.f : r);
+}
+
+static void quantize32(const float* x, int64_t K, int8_t* q, float* d, int32_t* s) {
+    for (int64_t b = 0; b < K / 32; ++b, x += 32, q += 32) {
+        float amax = 0.f;
+        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
+        const float scale = amax / 127.f, inv = scale != 0.f ? 1.f / scale : 0.f;
+        int32_t sum = 0;
+        for (int j = 0; j < 32; ++j) sum += q[j] = clamp127(x[j] * inv);
+        d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+        s[b] = sum;
+    }
+}
+
+static void quantize256(const float* x, int64_t K, int8_t* q, float* d, int16_t* bsum) {
+    for (int64_t b = 0; b < K / 256; ++b, x += 256, q += 256, bsum += 16) {
+        float amax = 0.f, xm = 0.f;
+        for (int j = 0; j < 256; ++j)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), xm = x[j];
+        const float inv = amax != 0.f ? -127.f / xm : 0.f;
+        for (int j = 0; j < 256; ++j) q[j] = clamp127(inv * x[j]);
+        for (int g = 0; g < 16; ++g) {
+            int sum = 0;
+            for (int j = 0; j < 16; ++j) sum += q[16 * g + j];
+            bsum[g] = (int16_t)sum;
+        }
+        d[b] = amax != 0.f ? 1.f / inv : 0.f;
+    }
+}
+
+static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a) {
+    a.q.resize(M * K);
+    a.d.resize(M * K / (k_quant ? 256 : 32));
+    a.s.resize(k_quant ? 0 : M * K / 32);
+    a.bsum.resize(k_quant ? M * K / 16 : 0);
+    for (int64_t m = 0; m < M; ++m) {
+        if (k_quant) quantize256(x + m * K, K, &a.q[m * K], &a.d[m * K / 256], &a.bsum[m * K / 16]);
+        else quantize32(x + m * K, K, &a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32]);
+    }
+}
+
+// ---- integer helpers ----
+
+static inline __m256i load32(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
+static inline __m256i nibbles_lo(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0xF)); }
+static inline __m256i nibbles_hi(__m256i v) {
+    return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0xF));
+}
+
+// 16 bytes of nibbles -> 32 values: the low nibbles, then the high nibbles (ggml's order).
+static inline __m256i nibbles32(const uint8_t* p) {
+    const __m128i v = _mm_loadu_si128((const __m128i*)p);
+    return nibbles_lo(_mm256_set_m128i(_mm_srli_epi16(v, 4), v));
+}
+
+// 32 bits -> 32 bytes, 0xFF where the bit is set.
+static inline __m256i bits32(const uint8_t* p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    const __m256i shuffle = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                               0x0303030303030303);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuffle);
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+// 8 int32 lanes summing u8 * s8 products, pairs scaled by the int16 lanes of `scale`.
+static inline __m256i dot_u8(__m256i w, __m256i x, __m256i scale) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), scale);
+}
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// ---- 32-value formats: signed values (Q4_0, Q5_0, Q8_0) or unsigned with a minimum ----
+
+template <int32_t TYPE>
+struct Block32;
+
+template <> struct Block32<Q8_0> {
+    static constexpr int64_t BYTES = 34;
+    static constexpr bool MIN = false;
+    static inline __m256i values(const uint8_t* b) { return load32(b + 2); }
+};
+
+template <> struct Block32<Q4_0> {
+    static constexpr int64_t BYTES = 18;
+    static constexpr bool MIN = false;
+    static inline __m256i values(const uint8_t* b) {
+        return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    }
+};
+
+template <> struct Block32<Q5_0> {
+    static constexpr int64_t BYTES = 22;
+    static constexpr bool MIN = false;
+    static inline __m256i values(const uint8_t* b) {  // q - 16: 0xF0 over a clear fifth bit
+        const __m256i high = _mm256_andnot_si256(bits32(b + 2), _mm256_set1_epi8((char)0xF0));
+        return _mm256_or_si256(nibbles32(b + 6), high);
+    }
+};
+
+template <> struct Block32<Q4_1> {
+    static constexpr int64_t BYTES = 20;
+    static constexpr bool MIN = true;
+    static inline __m256i values(const uint8_t* b) { return nibbles32(b + 4); }
+};
+
+template <> struct Block32<Q5_1> {
+    static constexpr int64_t BYTES = 24;
+    static constexpr bool MIN = true;
+    static inline __m256i values(const uint8_t* b) {
+        const __m256i high = _mm256_and_si256(bits32(b + 4), _mm256_set1_epi8(0x10));
+        return _mm256_or_si256(nibbles32(b + 8), high);
+    }
+};
+
+template <int32_t TYPE, int ROWS>
+static void row32(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+                  int64_t N) {
+    using B = Block32<TYPE>;
+    const int64_t blocks = K / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[ROWS];
+    float offset[ROWS];
+    for (int i = 0; i < ROWS; ++i) acc[i] = _mm256_setzero_ps(), offset[i] = 0.f;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const uint8_t* b = wrow + blk * B::BYTES;
+        const float d = half(b);
+        const __m256i q = B::values(b);
+        const __m256i mag = B::MIN ? q : _mm256_sign_epi8(q, q);
+        for (int i = 0; i < ROWS; ++i) {
+            const int64_t at = (m0 + i) * blocks + blk;
+            __m256i x = load32(&a.q[at * 32]);
+            if (!B::MIN) x = _mm256_sign_epi8(x, q);
+            const __m256i dot = dot_u8(mag, x, ones);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[at]), _mm256_cvtepi32_ps(dot), acc[i]);
+            if (B::MIN) offset[i] += half(b + 2) * a.d[at] * (float)a.s[at];
+        }
+    }
+    for (int i = 0; i < ROWS; ++i) out[i * N] = hsum(acc[i]) + offset[i];
+}
+
+// ---- k-quants (super-blocks of 256 against ggml's Q8_K) ----
+
+static inline void scales_k4(const uint8_t* q, int16_t sc[8], int16_t mn[8]) {
+    for (int j = 0; j < 8; ++j) {
+        if (j < 4) sc[j] = q[j] & 63, mn[j] = q[j + 4] & 63;
+        else sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+             mn[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Q4_K / Q5_K: sum_s d*sc[s] * (q_s . x_s) - dmin * sum_s m[s] * (sum of x_s), times d_x.
+template <bool FIVE, int ROWS>
+static void row_k45(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+                    int64_t N) {
+    constexpr int64_t BYTES = FIVE ? 176 : 144;
+    const int64_t blocks = K / 256;
+    __m256 acc[ROWS];
+    float offset[ROWS];
+    for (int i = 0; i < ROWS; ++i) acc[i] = _mm256_setzero_ps(), offset[i] = 0.f;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const uint8_t* b = wrow + blk * BYTES;
+        const float d = half(b), dmin = half(b + 2);
+        int16_t sc[8], mn[8];
+        scales_k4(b + 4, sc, mn);
+        const uint8_t* ql = b + (FIVE ? 48 : 16);
+        const __m256i qh = FIVE ? load32(b + 16) : _mm256_setzero_si256();
+        __m256i sum[ROWS];
+        for (int i = 0; i < ROWS; ++i) sum[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j) {
+            const __m256i bytes = load32(ql + 32 * j);
+            __m256i lo = nibbles_lo(bytes), hi = nibbles_hi(bytes);
+            if (FIVE) {
+                const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * j)));
+                const __m256i b1 = _mm256_set1_epi8((char)(2 << (2 * j))), top = _mm256_set1_epi8(16);
+                lo = _mm256_or_si256(lo, _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), top));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), top));
+            }
+            const __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+            for (int i = 0; i < ROWS; ++i) {
+                const int8_t* x = &a.q[(m0 + i) * K + blk * 256 + 64 * j];
+                sum[i] = _mm256_add_epi32(sum[i], dot_u8(lo, load32(x), s_lo));
+                sum[i] = _mm256_add_epi32(sum[i], dot_u8(hi, load32(x + 32), s_hi));
+            }
+        }
+        for (int i = 0; i < ROWS; ++i) {
+            const int64_t at = (m0 + i) * blocks + blk;
+            const int16_t* bs = &a.bsum[at * 16];
+            int32_t mins = 0;
+            for (int s = 0; s < 8; ++s) mins += mn[s] * (bs[2 * s] + bs[2 * s + 1]);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[at]), _mm256_cvtepi32_ps(sum[i]), acc[i]);
+            offset[i] -= dmin * a.d[at] * (float)mins;
+        }
+    }
+    for (int i = 0; i < ROWS; ++i) out[i * N] = hsum(acc[i]) + offset[i];
+}
+
+// Q6_K: sum_g d*sc[g] * ((q_g . x_g) - 32 * (sum of x_g)), times d_x; q in 0..63.
+template <int ROWS>
+static void row_q6k(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+                    int64_t N) {
+    const int64_t blocks = K / 256;
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256 acc[ROWS];
+    float offset[ROWS];
+    for (int i = 0; i < ROWS; ++i) acc[i] = _mm256_setzero_ps(), offset[i] = 0.f;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const uint8_t* b = wrow + blk * 210;
+        const int8_t* sc = (const int8_t*)(b + 192);
+        const float d = half(b + 208);
+        __m256i sum[ROWS];
+        for (int i = 0; i < ROWS; ++i) sum[i] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; ++h) {
+            const __m256i ql0 = load32(b + 64 * h), ql1 = load32(b + 64 * h + 32);
+            const __m256i qh = load32(b + 128 + 32 * h);
+            for (int c = 0; c < 4; ++c) {
+                const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), three);
+                const __m256i low = c == 0 ? nibbles_lo(ql0) : c == 1 ? nibbles_lo(ql1)
+                                  : c == 2 ? nibbles_hi(ql0) : nibbles_hi(ql1);
+                const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
+                const int g = 8 * h + 2 * c;
+                const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]),
+                                                       _mm_set1_epi16(sc[g]));
+                for (int i = 0; i < ROWS; ++i) {
+                    const int8_t* x = &a.q[(m0 + i) * K + blk * 256 + 128 * h + 32 * c];
+                    sum[i] = _mm256_add_epi32(sum[i], dot_u8(q, load32(x), scale));
+                }
+            }
+        }
+        for (int i = 0; i < ROWS; ++i) {
+            const int64_t at = (m0 + i) * blocks + blk;
+            const int16_t* bs = &a.bsum[at * 16];
+            int32_t shift = 0;
+            for (int g = 0; g < 16; ++g) shift += sc[g] * bs[g];
+            const float dd = d * a.d[at];
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sum[i]), acc[i]);
+            offset[i] -= dd * (float)(32 * shift);
+        }
+    }
+    for (int i = 0; i < ROWS; ++i) out[i * N] = hsum(acc[i]) + offset[i];
+}
+
+template <int32_t TYPE, int ROWS>
+static inline void rows(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+                        int64_t N) {
+    if constexpr (TYPE == Q4_K) row_k45<false, ROWS>(wrow, a, m0, K, out, N);
+    else if constexpr (TYPE == Q5_K) row_k45<true, ROWS>(wrow, a, m0, K, out, N);
+    else if constexpr (TYPE == Q6_K) row_q6k<ROWS>(wrow, a, m0, K, out, N);
+    else row32<TYPE, ROWS>(wrow, a, m0, K, out, N);
+}
+
+template <int32_t TYPE>
+static void linear(const uint8_t* w, int64_t row_bytes, const Acts& a, int64_t M, int64_t K,
+                   int64_t N, float* out, int32_t num_threads) {
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+        const uint8_t* wrow = w + n * row_bytes;
+        int64_t m = 0;
+        for (; m + R <= M; m += R) rows<TYPE, R>(wrow, a, m, K, out + m * N + n, N);
+        if (m + 2 <= M) rows<TYPE, 2>(wrow, a, m, K, out + m * N + n, N), m += 2;
+        if (m < M) rows<TYPE, 1>(wrow, a, m, K, out + m * N + n, N);
+    }
+}
+
+// out (M, N) = quantized x (M, K) @ w.T for the (N, K) weight of ggml type `type` (row_bytes
+// bytes a row); 0, or -1 for a type without an integer kernel.
+extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int64_t row_bytes,
+                                            const float* x, int64_t M, int64_t K, int64_t N,
+                                            float* out, int32_t num_threads) {
+    const bool k_quant = type == Q4_K || type == Q5_K || type == Q6_K;
+    Acts a;
+    switch (type) {
+        case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case Q4_K: case Q5_K: case Q6_K:
+            break;
+        default: return -1;
+    }
+    quantize(x, M, K, k_quant, a);
+    switch (type) {
+        case Q4_0: linear<Q4_0>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        case Q4_1: linear<Q4_1>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        case Q5_0: linear<Q5_0>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        case Q5_1: linear<Q5_1>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        case Q8_0: linear<Q8_0>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        case Q4_K: linear<Q4_K>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        case Q5_K: linear<Q5_K>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        default: linear<Q6_K>(w, row_bytes, a, M, K, N, out, num_threads); break;
+    }
+    return 0;
+}
+
+// The activations as the integer path sees them: q * d per value, (M, K) float32 (the twin's
+// input, and the tests').
+extern "C" void agentrt_gguf_int8_activations(int32_t type, const float* x, int64_t M,
+                                              int64_t K, float* out) {
+    const bool k_quant = type == Q4_K || type == Q5_K || type == Q6_K;
+    Acts a;
+    quantize(x, M, K, k_quant, a);
+    const int64_t block = k_quant ? 256 : 32;
+    for (int64_t i = 0; i < M * K; ++i) out[i] = (float)a.q[i] * a.d[i / block];
+}
