@@ -442,7 +442,7 @@ def make_runtime(folder: Path) -> Any:
 
 def tools_for(runtime: Any, name: str, session: str) -> list:
     """calculator plus the task's tool, in a fresh tool session (as in the test)."""
-    from agentrt.agent.langchain_tools import to_langchain
+    from langchain_agentrt.tools import to_langchain
 
     names = ("calculator",) if name == "calculator" else ("calculator", name)
     return [to_langchain(n, runtime, session=session) for n in names]

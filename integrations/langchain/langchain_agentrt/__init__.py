@@ -6,7 +6,8 @@
 Module map: ``chat_models`` (the model) · ``generation`` (one call: LangChain options →
 :mod:`agentrt.chat` → message/chunks) · ``messages`` (LangChain messages → OpenAI-format
 dicts) · ``structured`` (JSON response formats) · ``executor`` (``agentrt.Executor``) ·
-``react`` (the ReAct grammar) · ``partial`` (tools that start while the call is written).
+``react`` (the ReAct grammar) · ``partial`` (tools that start while the call is written) ·
+``tools`` (agentrt tools as LangChain tools and back).
 Templates, tool-call parsing, grammars and the shared engine are in :mod:`agentrt.chat`.
 """
 
@@ -14,5 +15,6 @@ from __future__ import annotations
 
 from agentrt.chat import get_shared_engine
 from langchain_agentrt.chat_models import ChatAgentRT
+from langchain_agentrt.tools import from_langchain, to_langchain
 
-__all__ = ["ChatAgentRT", "get_shared_engine"]
+__all__ = ["ChatAgentRT", "from_langchain", "get_shared_engine", "to_langchain"]

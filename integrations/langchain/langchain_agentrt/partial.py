@@ -1,7 +1,7 @@
 """Partial execution inside ``agentrt.Executor``: agentrt tools start while the model writes.
 
 LangChain runs a tool only after the model's whole turn is parsed. When an Executor run's
-tools are agentrt tools (:func:`agentrt.agent.langchain_tools.to_langchain`), each model call
+tools are agentrt tools (:func:`langchain_agentrt.tools.to_langchain`), each model call
 of the run also feeds its tokens, as they are decoded, through a
 :class:`~agentrt.agent.tool_stream.ToolStream` with the agent's output syntax (ReAct, or
 ``<tool_call>`` JSON): the tool's worker starts at the tool name and gets each argument as it
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentrt.agent.langchain_tools import AgentRTTool
 from agentrt.agent.tool_stream import ToolStream
 from agentrt.chat.formats import detect_format
+from langchain_agentrt.tools import AgentRTTool
 
 __all__ = ["PartialExecution", "partial_execution_for"]
 

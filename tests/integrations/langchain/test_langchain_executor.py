@@ -12,8 +12,8 @@ from langchain_core.prompts import ChatPromptTemplate
 
 import agentrt
 from agentrt.agent import ToolRuntime
-from agentrt.agent.langchain_tools import to_langchain
 from langchain_agentrt.react import react_prompt
+from langchain_agentrt.tools import to_langchain
 
 REACT = react_prompt()
 CALLING = ChatPromptTemplate.from_messages([

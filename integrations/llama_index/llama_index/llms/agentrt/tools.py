@@ -2,7 +2,7 @@
 
 An agentrt tool (calculator, sqlite, python_repl, search: any
 :class:`~agentrt.agent.plugin.Tool`) runs in an agentrt worker — sandboxed, its session state
-kept across calls — as :func:`agentrt.agent.langchain_tools.to_langchain` runs it for
+kept across calls — as :func:`langchain_agentrt.tools.to_langchain` runs it for
 LangChain. The tool's JSON schema goes to LlamaIndex as it is (:class:`JsonSchemaMetadata`,
 no pydantic round trip), so the arguments the model is constrained to are the tool's own.
 A failed call is an error ``ToolOutput`` for the agent to react to, never an exception.

@@ -9,8 +9,8 @@ pytest.importorskip("langchain_core", reason="needs the [langchain] extra")
 from langchain_core.tools import tool  # noqa: E402
 
 from agentrt.agent import ToolRuntime  # noqa: E402
-from agentrt.agent.langchain_tools import from_langchain, to_langchain  # noqa: E402
 from agentrt.agent.parsers.base import Piece  # noqa: E402
+from langchain_agentrt.tools import from_langchain, to_langchain  # noqa: E402
 
 
 @tool

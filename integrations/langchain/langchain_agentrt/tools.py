@@ -8,7 +8,8 @@ checked as they stream, the tool runs once at ``finish``. It runs in a thread of
 default (LangChain tools often hold clients or closures that cannot be pickled; no sandbox), or in
 a worker process with ``isolation="process"`` when the tool pickles.
 
-Importing this module imports ``langchain_core``; nothing else in agentrt.agent does.
+Part of the LangChain integration, not of ``agentrt``: nothing in ``agentrt`` outside
+``agentrt.server`` imports a framework (``tests/test_import_graph.py``).
 """
 
 from __future__ import annotations
