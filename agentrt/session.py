@@ -1,10 +1,11 @@
-"""Session: one agent run as one engine request, its KV kept across model calls.
+"""Session: one agent run's context on a backend, kept across model calls.
 
 Agent frameworks call the model again and again with a prompt that re-renders the whole
 history — the previous prompt, the model's answer, a tool's observation, a new instruction.
-A session keeps the request paused between calls (its KV stays; the interception policy may
-swap or discard it while the tool runs) and, on each call, compares the new prompt's tokens
-with what the request already holds, its previous prompt plus its output:
+A session keeps that context on its :class:`~agentrt.backends.base.Backend` between calls —
+the local engine holds it in one paused request (the interception policy may swap or discard
+its KV while a tool runs); an SGLang server in its own session — and, on each call, compares
+the new prompt's tokens with what the backend holds, the previous prompt plus its output:
 
 * the common prefix is kept, the rest of the new prompt is appended and prefilled;
 * where re-tokenizing the text splits the seam differently from the tokens the model
@@ -12,32 +13,34 @@ with what the request already holds, its previous prompt plus its output:
   after the common prefix are rolled back and computed again.
 
 So the model sees exactly the tokens a fresh call would, and a fresh call's greedy output is
-reproduced — while the engine prefills only what is new. :func:`agent_run` opens a scope in
-which integrations (``ChatAgentRT``, ``AgentRT``) route their calls through sessions.
+reproduced — while the backend prefills only what is new. Each call is a
+:class:`~agentrt.backends.call.Call`; :class:`SessionStats` adds up its counters.
+:func:`agent_run` opens a scope in which integrations (``ChatAgentRT``, ``AgentRT``) route
+their calls through sessions.
 """
 
 from __future__ import annotations
 
 import contextvars
-import itertools
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from agentrt.backends.call import Call, as_backend, request_tags
+from agentrt.core.options import RequestOptions
 from agentrt.core.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from agentrt.engine.engine import Engine
-    from agentrt.engine.outputs import StreamDelta
+    from agentrt.backends.base import Backend
+    from agentrt.core.outputs import RequestOutput, StreamDelta
 
 __all__ = [
-    "PinnedScope", "Session", "SessionScope", "SessionStats", "agent_run", "current_scope",
-    "request_tags",
+    "PinnedScope", "Session", "SessionScope", "SessionStats", "agent_run", "common_prefix_len",
+    "current_scope", "request_tags",
 ]
 
-_ids = itertools.count()
 _PREFILL_ONLY = SamplingParams(max_tokens=1)
 
 
@@ -45,21 +48,41 @@ _PREFILL_ONLY = SamplingParams(max_tokens=1)
 class SessionStats:
     """What a session saved: prompt tokens re-rendered by the framework vs computed."""
 
+    backend: str = ""
+    """The backend that served the calls (``local``, ``sglang``)."""
     num_calls: int = 0
     num_prompt_tokens: int = 0
     """Sum of every call's full prompt (what a stateless backend would prefill)."""
     num_reused_tokens: int = 0
-    """Prompt tokens the request already held (kept, not sent again)."""
+    """Prompt tokens the backend already held for the session (kept, not sent again)."""
     num_appended_tokens: int = 0
     """Prompt tokens appended after the common prefix."""
     num_rollback_tokens: int = 0
     """Tokens of the held context dropped at seams that re-tokenized differently."""
     num_rollbacks: int = 0
     num_prefill_tokens: int = 0
-    """Tokens the engine computed in prefill for this session (its own counter)."""
+    """Prompt tokens the backend computed for this session's calls (from their deltas)."""
+    num_cached_tokens: int = 0
+    """Prompt tokens the backend did not compute: held by the session or prefix-cache hits."""
+    num_paused_in_place: int = 0
+    """Calls a hook ended where the tokens are made (the engine paused the request)."""
+    num_stopped_client_side: int = 0
+    """Calls a hook ended here, on the streamed tokens (the backend cannot pause in place);
+    the next call starts the session afresh, served by the backend's prefix cache."""
+
+    def add(self, other: SessionStats) -> None:
+        """Add ``other``'s counters to these (the backend names joined)."""
+        for f in fields(self):
+            if f.name == "backend":
+                names = [n for n in (self.backend, other.backend) if n]
+                self.backend = "+".join(dict.fromkeys("+".join(names).split("+"))) \
+                    if names else ""
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -68,111 +91,129 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 
 
 class Session:
-    """One paused-and-resumed engine request serving a sequence of model calls."""
+    """An agent run's context on ``backend`` (an :class:`agentrt.Engine` is taken as its
+    local backend), serving a sequence of model calls."""
 
-    def __init__(self, engine: Engine, *, namespace: str = "") -> None:
-        self.engine = engine
+    def __init__(self, backend: Any, *, namespace: str = "") -> None:
+        self.backend: Backend = as_backend(backend)
         self.namespace = namespace
-        self.request_id: str | None = None
+        self.session_id: str | None = None
+        """The backend's session, opened at the first call."""
         self.context: list[int] = []
-        """The tokens the request holds: the last prompt and the output generated for it."""
+        """The tokens the backend holds: the last prompt and the output generated for it."""
         self.prompt_len = 0
         """Length of the last prompt (the part of ``context`` a continuation must share)."""
-        self.stats = SessionStats()
+        self.stats = SessionStats(backend=self.backend.name)
         self.busy = False
+        self.last_call: Call | None = None
 
     # --- calls ------------------------------------------------------------------------------
-    def stream(self, prompt_ids: list[int], params: SamplingParams | None = None,
-               **kwargs: Any) -> Iterator[StreamDelta]:
-        """Generate for ``prompt_ids`` on the session's request; yields the engine's deltas.
+    def call(self, prompt_ids: list[int], params: SamplingParams | None = None,
+             options: RequestOptions | None = None, **changes: Any) -> Call:
+        """The next call of this session (run it with ``stream`` / ``generate`` / ...);
+        ``changes`` are :class:`RequestOptions` fields (``hook``, ``forced_token_ids``)."""
+        options = RequestOptions.of(options, **changes)
+        if not options.namespace and self.namespace:
+            options = options.updated({"namespace": self.namespace})
+        return Call(self.backend, prompt_ids, params, session=self, options=options)
 
-        ``kwargs`` go to the engine (``hook``, ``pause``, ``forced_token_ids``)."""
-        outputs: list[int] = []
-        reason = None
-        try:
-            for delta in self._open(prompt_ids, params, kwargs, is_async=False):
-                outputs.extend(delta.token_ids)
-                reason = delta.finish_reason if delta.finished else None
-                yield delta
-        finally:
-            self._close_call(prompt_ids, outputs, reason)
+    def stream(self, prompt_ids: list[int], params: SamplingParams | None = None,
+               **changes: Any) -> Iterator[StreamDelta]:
+        """Generate for ``prompt_ids`` (the whole context) on the session; yields the deltas."""
+        yield from self.call(prompt_ids, params, **changes).stream()
 
     async def astream(self, prompt_ids: list[int], params: SamplingParams | None = None,
-                      **kwargs: Any) -> AsyncIterator[StreamDelta]:
+                      **changes: Any) -> AsyncIterator[StreamDelta]:
         """Async twin of :meth:`stream`."""
-        outputs: list[int] = []
-        reason = None
+        deltas = self.call(prompt_ids, params, **changes).astream()
         try:
-            async for delta in self._open(prompt_ids, params, kwargs, is_async=True):
-                outputs.extend(delta.token_ids)
-                reason = delta.finish_reason if delta.finished else None
+            async for delta in deltas:
                 yield delta
         finally:
-            self._close_call(prompt_ids, outputs, reason)
+            await deltas.aclose()
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams | None = None,
+                 **changes: Any) -> RequestOutput:
+        """One call, whole."""
+        return self.call(prompt_ids, params, **changes).generate()
+
+    async def agenerate(self, prompt_ids: list[int], params: SamplingParams | None = None,
+                        **changes: Any) -> RequestOutput:
+        """Async twin of :meth:`generate`."""
+        return await self.call(prompt_ids, params, **changes).agenerate()
+
+    def prefill(self, prompt_ids: list[int]) -> None:
+        """Compute the KV of a prompt known early (a one-token call: the backend then holds
+        it until the next call appends the rest of the prompt)."""
+        self.generate(prompt_ids, _PREFILL_ONLY)
+
+    async def aprefill(self, prompt_ids: list[int]) -> None:
+        """Async twin of :meth:`prefill`."""
+        await self.agenerate(prompt_ids, _PREFILL_ONLY)
 
     def plan(self, prompt_ids: list[int]) -> tuple[int, list[int]]:
         """(tokens of the held context to keep, tokens to append) for a new prompt."""
-        if self.request_id is None:
-            return 0, list(prompt_ids)
         keep = common_prefix_len(self.context, prompt_ids)
         return keep, list(prompt_ids[keep:])
 
     def close(self) -> None:
-        """Free the request's KV (the session can be used again: it starts afresh)."""
-        rid, self.request_id, self.context = self.request_id, None, []
-        self._prefill_done += self._prefill_current
-        self._prefill_current = 0
-        if rid is not None:
-            self.engine.abort(rid) if self.busy else self.engine.release(rid)
+        """Free what the backend holds (the session can be used again: it starts afresh)."""
+        sid, self.session_id, self.context, self.prompt_len = self.session_id, None, [], 0
+        if self.busy and self.last_call is not None:
+            self.last_call.abort()
+        if sid is not None:
+            self.backend.close_session(sid)
 
-    def prefill(self, prompt_ids: list[int]) -> None:
-        """Compute the KV of a prompt known early (a prefill-only call: the request then waits,
-        its KV kept, until the next call appends the rest of the prompt)."""
-        for _ in self.stream(prompt_ids, _PREFILL_ONLY):
-            pass
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        sid, self.session_id, self.context, self.prompt_len = self.session_id, None, [], 0
+        if self.busy and self.last_call is not None:
+            await self.last_call.aabort()
+        if sid is not None:
+            await self.backend.aclose_session(sid)
 
-    async def aprefill(self, prompt_ids: list[int]) -> None:
-        """Async twin of :meth:`prefill`."""
-        async for _ in self.astream(prompt_ids, _PREFILL_ONLY):
-            pass
+    # --- what a Call asks of its session ---------------------------------------------------
+    def open(self) -> str:
+        """The backend session's id (opened on first use)."""
+        if self.session_id is None:
+            self.session_id = self.backend.open_session()
+        return self.session_id
 
-    # --- internals --------------------------------------------------------------------------
-    _prefill_done = 0
-    _prefill_current = 0
+    async def aopen(self) -> str:
+        """Async twin of :meth:`open`."""
+        if self.session_id is None:
+            self.session_id = await self.backend.aopen_session()
+        return self.session_id
 
-    def _open(self, prompt_ids: list[int], params, kwargs: dict, is_async: bool):
-        self.stats.num_calls += 1
-        self.stats.num_prompt_tokens += len(prompt_ids)
-        keep, appended = self.plan(prompt_ids)
-        e = self.engine
-        if keep == 0:
-            self.busy = False
-            self.close()
-            self.request_id = f"session-{next(_ids)}"
-            self.busy = True
-            start = e.astream if is_async else e.stream
-            return start(prompt_ids, params, request_id=self.request_id, keep_kv=True,
-                         namespace=self.namespace, **request_tags.get(), **kwargs)
-        self.busy = True
-        dropped = len(self.context) - keep
-        self.stats.num_reused_tokens += keep
-        self.stats.num_appended_tokens += len(appended)
-        self.stats.num_rollback_tokens += dropped
-        self.stats.num_rollbacks += dropped > 0
-        resume = e.aresume_stream if is_async else e.resume_stream
-        return resume(self.request_id, appended, params, keep_kv=True, truncate_to=keep,
-                      **request_tags.get(), **kwargs)
+    def begin(self, call: Call) -> tuple[int, list[int]]:
+        """``call`` starts: what it keeps of the held context and appends (counted)."""
+        keep, appended = self.plan(call.prompt_ids)
+        stats, dropped = self.stats, len(self.context) - keep
+        stats.num_calls += 1
+        stats.num_prompt_tokens += len(call.prompt_ids)
+        stats.num_reused_tokens += keep
+        stats.num_appended_tokens += len(appended)
+        stats.num_rollback_tokens += dropped if keep else 0
+        stats.num_rollbacks += dropped > 0 and keep > 0
+        self.busy, self.last_call = True, call
+        return keep, appended
 
-    def _close_call(self, prompt_ids: list[int], outputs: list[int], reason) -> None:
-        req = self.engine.core.requests.get(self.request_id or "")
-        if req is not None:
-            self._prefill_current = req.stats.num_prefill_tokens
-            self.stats.num_prefill_tokens = self._prefill_done + self._prefill_current
-        if reason in (None, "abort") or req is None:
-            self.close()  # cut short, failed or aborted: start afresh next time
+    def end(self, call: Call) -> None:
+        """``call`` is over: the backend holds its prompt and output if it committed it;
+        otherwise (cut short, aborted, stopped here) the next call starts afresh."""
+        stats = self.stats
+        stats.num_prefill_tokens += call.num_prefilled_tokens
+        stats.num_cached_tokens += call.num_cached_tokens
+        if call.finish_reason == "stop" and call.matched_stop is None and call.hook_path:
+            if call.hook_path == "in_place":
+                stats.num_paused_in_place += 1
+            else:
+                stats.num_stopped_client_side += 1
+        if call.is_committed:
+            self.context = call.prompt_ids + call.token_ids
+            self.prompt_len = len(call.prompt_ids)
         else:
-            self.context = list(prompt_ids) + outputs
-            self.prompt_len = len(prompt_ids)
+            self.context, self.prompt_len = [], 0
         self.busy = False
 
 
@@ -189,46 +230,45 @@ class SessionScope:
         self.sessions: list[Session] = []
         self.last: Session | None = None
         self.hook_factory: Any = None
-        """Makes the engine hook of each call from the engine's tokenizer (e.g. partial
-        execution of the run's tools); its ``close()`` runs when the call's output ends, and
-        the factory's ``withdraw()``, if any, when the scope closes."""
+        """Makes the hook of each call from the backend's tokenizer (e.g. partial execution
+        of the run's tools); its ``close()`` runs when the call's output ends, and the
+        factory's ``withdraw()``, if any, when the scope closes."""
         self.grammar: str | None = None
         """A GBNF grammar the run's model calls follow unless a call binds its own tools or
         format (set by an executor that knows the agent's output format, e.g. ReAct)."""
         self._lock = threading.Lock()
 
-    def session_for(self, engine: Engine, prompt_ids: list[int]) -> Session:
+    def session_for(self, backend: Any, prompt_ids: list[int]) -> Session:
+        """The session a call of ``prompt_ids`` on ``backend`` (or an engine) continues,
+        reserved for it until the call ends."""
+        backend = as_backend(backend)
         with self._lock:
             best, best_len = None, 0
             for s in self.sessions:
-                if s.engine is engine and not s.busy and s.request_id is not None:
+                if s.backend == backend and not s.busy and s.context:
                     n = common_prefix_len(s.context, prompt_ids)
                     enough = max(self.min_shared_tokens, s.prompt_len - self.seam_slack)
                     if n >= enough and n > best_len:
                         best, best_len = s, n
             if best is None:
-                best = Session(engine)
+                best = Session(backend)
                 self.sessions.append(best)
             best.busy = True  # NOTE: reserved until its call ends
             self.last = best
             return best
 
     def annotate_last(self, kind: str, expected_duration: float | None = None) -> None:
-        """Tell the engine what the most recently used session now waits for (a tool)."""
+        """Tell the backend what the most recently used session now waits for (a tool)."""
         s = self.last
-        if s is not None and s.request_id is not None and not s.busy:
-            try:
-                s.engine.set_interception(s.request_id, kind, expected_duration)
-            except (KeyError, ValueError):
-                pass  # the request is not paused (finished or aborted): nothing to tell
+        if s is not None and s.session_id is not None and s.context and not s.busy:
+            s.backend.set_interception(s.session_id, kind, expected_duration)
 
     @property
     def stats(self) -> SessionStats:
         """The sum over this scope's sessions."""
         total = SessionStats()
         for s in self.sessions:
-            for k, v in vars(s.stats).items():
-                setattr(total, k, getattr(total, k) + v)
+            total.add(s.stats)
         return total
 
     def close(self) -> None:
@@ -249,10 +289,10 @@ class PinnedScope(SessionScope):
         super().__init__()
         self.sessions = [session]
 
-    def session_for(self, engine: Engine, prompt_ids: list[int]) -> Session:
+    def session_for(self, backend: Any, prompt_ids: list[int]) -> Session:
         session = self.sessions[0]
-        if session.engine is not engine:
-            raise ValueError("the pinned session runs on another engine")
+        if session.backend != as_backend(backend):
+            raise ValueError("the pinned session runs on another backend")
         session.busy = True
         self.last = session
         return session
@@ -260,12 +300,6 @@ class PinnedScope(SessionScope):
 
 _current: contextvars.ContextVar[SessionScope | None] = contextvars.ContextVar(
     "agentrt_session_scope", default=None)
-
-request_tags: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
-    "agentrt_request_tags", default={})  # noqa: B039 - never mutated, only replaced
-"""Engine ``submit`` options every model call made in this context carries (the graph
-runtime sets ``group`` and ``depth`` for topology-aware batching)."""
-
 
 def current_scope() -> SessionScope | None:
     """The scope opened by the innermost :func:`agent_run`, if any."""

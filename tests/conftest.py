@@ -14,7 +14,8 @@ from agentrt.attention import AttentionMetadata, KVCacheTensors
 
 @pytest.fixture(scope="session")
 def engine():
-    """The real SmolLM2-135M-Instruct on agentrt's engine, float32, shared by all tests."""
+    """The real SmolLM2-135M-Instruct on agentrt's engine, shared by all tests: the default
+    configuration (its GGUF's own Q4_1 layers, float32 compute)."""
     eng = Engine(dtype="float32")
     yield eng
     eng.close()
@@ -130,3 +131,36 @@ def make_cache():
 @pytest.fixture
 def make_qkv():
     return random_qkv
+
+
+@pytest.fixture(scope="session")
+def sglang_server(tmp_path_factory, request):
+    """A real ``agentrt serve`` (the embedded model) on a free loopback port, speaking SGLang's
+    native API, started once per test session (the in-process engine loads meanwhile)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
+    from serve_harness import launch, stop, wait_healthy
+
+    server = launch(tmp_path_factory.mktemp("sglang-server") / "serve.log")
+    try:
+        request.getfixturevalue("engine")
+        wait_healthy(server)
+        yield server
+    finally:
+        stop(server.process)
+
+
+@pytest.fixture(params=["local", "sglang"])
+def backend(request):
+    """Each test that takes it runs twice: on the ``local`` backend (the session's engine) and
+    on the ``sglang`` backend pointed at :func:`sglang_server` (same model, greedy-equal)."""
+    from agentrt.backends import get_backend
+
+    if request.param == "local":
+        yield get_backend("local", engine=request.getfixturevalue("engine"))
+        return
+    server = request.getfixturevalue("sglang_server")
+    with get_backend("sglang", url=server.url, timeout=120) as remote:
+        yield remote

@@ -12,32 +12,22 @@ neither httpx nor an engine::
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from agentrt.backends.base import (
-    Backend,
-    BackendCapabilities,
-    FinishReason,
-    Generation,
-    GenerationChunk,
-)
+from agentrt.backends.base import Backend, BackendCapabilities, FinishReason
+from agentrt.backends.call import Call, as_backend
+from agentrt.core.registry import Registry
 
-__all__ = ["BACKENDS", "Backend", "BackendCapabilities", "FinishReason", "Generation",
-           "GenerationChunk", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendCapabilities", "Call", "FinishReason", "as_backend",
+           "get_backend"]
 
-BACKENDS: dict[str, str] = {
+BACKENDS: Registry[type[Backend]] = Registry("backend", {
     "local": "agentrt.backends.local:LocalBackend",
     "sglang": "agentrt.backends.sglang:SGLangBackend",
-}
-"""Backend name → ``module:class``."""
+})
+"""Backend name → ``module:class`` (see :class:`~agentrt.core.registry.Registry`)."""
 
 
 def get_backend(name: str, **kwargs: Any) -> Backend:
     """A new backend of kind ``name`` (see :data:`BACKENDS`); ``kwargs`` go to its class."""
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}; choose from {sorted(BACKENDS)}") from None
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    return BACKENDS.create(name, **kwargs)

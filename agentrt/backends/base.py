@@ -5,24 +5,33 @@ An agent run works in token ids: it generates (whole or streamed) with
 only what is new (an observation, the next instruction), and aborts a call it no longer
 wants. Every backend — the in-process engine, an SGLang server, SGLang's router in front of
 several workers — offers these calls, as sync/async twins (``generate``/``agenerate``,
-``stream``/``astream``, ...), and says in :class:`BackendCapabilities` what it really does
-underneath, so the runtime can choose (e.g. pause a request in place only where that exists).
+``stream``/``astream``, ...), streams the one delta type (:class:`~agentrt.core.outputs.
+StreamDelta`, whose counters say how much of the context this call computed), and says in
+:class:`BackendCapabilities` what it really does underneath, so the runtime can choose (e.g.
+pause a request in place only where that exists).
 
-Session calls take the tokens *appended* to the session's context, which is the previous
-calls' prompts and outputs (output ids include the token that ended them, e.g. EOS): the
-first call's ``prompt_ids`` are the whole prompt.
+A session's context is the prompts and outputs of its calls that the backend *committed*
+(ended with ``stop`` or ``length``; output ids include the token that ended them, e.g. EOS).
+A session call keeps the first ``keep`` tokens of it (None: all of it; 0: none — the call
+starts the session afresh) and appends ``prompt_ids``. A call that does not commit (aborted,
+failed, a stream closed early) leaves the session empty: its next call has ``keep=0``.
+Front ends do not use this directly: :class:`agentrt.backends.call.Call` and
+:class:`agentrt.session.Session` plan ``keep`` (the seam rollback) and read the counters.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
+from agentrt.core.model_info import ModelInfo
+from agentrt.core.options import RequestOptions
+from agentrt.core.outputs import RequestOutput, StreamDelta
 from agentrt.core.sampling_params import SamplingParams
 
-__all__ = ["Backend", "BackendCapabilities", "FinishReason", "Generation", "GenerationChunk"]
+__all__ = ["Backend", "BackendCapabilities", "FinishReason"]
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -33,7 +42,8 @@ class BackendCapabilities:
 
     can_pause_in_place: bool
     """A request can stop in the middle of decoding (e.g. at a tool call) and continue
-    later on the same sequence, its KV held meanwhile (the engine's hook / ``resume``)."""
+    later on the same sequence, its KV held meanwhile: the request's ``hook`` runs where the
+    tokens are made. Elsewhere a call runs the hook on the streamed tokens and ends there."""
     keeps_kv_across_calls: bool
     """A session's next call reuses the previous call's KV: only appended tokens are sent
     and prefilled."""
@@ -47,52 +57,11 @@ class BackendCapabilities:
     """The model runs in this process (no network between the run and its tokens)."""
 
 
-@dataclass(frozen=True)
-class GenerationChunk:
-    """What one streamed step added to a generation (``text`` and ``token_ids`` are new)."""
-
-    request_id: str
-    text: str
-    token_ids: list[int]
-    finished: bool = False
-    finish_reason: FinishReason | None = None
-    num_prompt_tokens: int = 0
-    """The context this call generated from (a session call: the whole session so far)."""
-    num_cached_tokens: int = 0
-    """Of those, tokens whose KV was reused rather than computed by this call."""
-    matched_stop: int | str | None = None
-    """The stop token id or stop string that ended the generation, if one did."""
-
-
-@dataclass
-class Generation:
-    """A whole generation: the chunks of a stream folded together."""
-
-    request_id: str = ""
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
-    num_prompt_tokens: int = 0
-    num_cached_tokens: int = 0
-    matched_stop: int | str | None = None
-
-    def add(self, chunk: GenerationChunk) -> None:
-        """Fold one chunk in (counters are taken from the latest chunk)."""
-        self.request_id = chunk.request_id
-        self.text += chunk.text
-        self.token_ids.extend(chunk.token_ids)
-        self.num_prompt_tokens = chunk.num_prompt_tokens
-        self.num_cached_tokens = chunk.num_cached_tokens
-        if chunk.finished:
-            self.finish_reason = chunk.finish_reason
-            self.matched_stop = chunk.matched_stop
-
-
 class Backend(abc.ABC):
     """Generates tokens for agent runs; sync and async twins over one implementation each.
 
-    ``request_id`` names a call so that :meth:`abort` can stop it (one is made up when not
-    given). Closing a stream early aborts its call.
+    ``options.request_id`` names a call so that :meth:`abort` can stop it (one is made up
+    when not given). Closing a stream early aborts its call.
     """
 
     name: ClassVar[str]
@@ -102,37 +71,51 @@ class Backend(abc.ABC):
     def capabilities(self) -> BackendCapabilities:
         """What this backend does underneath (see :class:`BackendCapabilities`)."""
 
+    # --- the model ------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def tokenizer(self) -> Any:
+        """The served model's tokenizer (a ``transformers`` tokenizer, with its chat
+        template): front ends render and tokenize here and send token ids."""
+
+    @property
+    @abc.abstractmethod
+    def model_info(self) -> ModelInfo:
+        """What the served model is (its name, path, architecture, limits)."""
+
+    @property
+    def max_model_len(self) -> int:
+        """Prompt + output tokens one request may hold."""
+        return self.model_info.max_model_len
+
     # --- generation -----------------------------------------------------------------------
     @abc.abstractmethod
     def stream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None, *,
-               session_id: str | None = None, request_id: str | None = None
-               ) -> Iterator[GenerationChunk]:
-        """Stream one call; with ``session_id``, ``prompt_ids`` are appended to the session."""
+               session_id: str | None = None, keep: int | None = None,
+               options: RequestOptions | None = None) -> Iterator[StreamDelta]:
+        """Stream one call; with ``session_id``, ``prompt_ids`` are appended to the first
+        ``keep`` tokens of the session's context (see the module docs)."""
 
     @abc.abstractmethod
     def astream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None, *,
-                session_id: str | None = None, request_id: str | None = None
-                ) -> AsyncIterator[GenerationChunk]:
+                session_id: str | None = None, keep: int | None = None,
+                options: RequestOptions | None = None) -> AsyncIterator[StreamDelta]:
         """Async twin of :meth:`stream`."""
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None, *,
-                 session_id: str | None = None, request_id: str | None = None) -> Generation:
+                 session_id: str | None = None, keep: int | None = None,
+                 options: RequestOptions | None = None) -> RequestOutput:
         """One call, whole (see :meth:`stream`)."""
-        out = Generation()
-        for chunk in self.stream(prompt_ids, params, session_id=session_id,
-                                 request_id=request_id):
-            out.add(chunk)
-        return out
+        return RequestOutput.from_deltas(list(self.stream(
+            prompt_ids, params, session_id=session_id, keep=keep, options=options)))
 
     async def agenerate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
-                        *, session_id: str | None = None, request_id: str | None = None
-                        ) -> Generation:
+                        *, session_id: str | None = None, keep: int | None = None,
+                        options: RequestOptions | None = None) -> RequestOutput:
         """Async twin of :meth:`generate`."""
-        out = Generation()
-        async for chunk in self.astream(prompt_ids, params, session_id=session_id,
-                                        request_id=request_id):
-            out.add(chunk)
-        return out
+        deltas = [d async for d in self.astream(prompt_ids, params, session_id=session_id,
+                                                keep=keep, options=options)]
+        return RequestOutput.from_deltas(deltas)
 
     # --- sessions ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -150,6 +133,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def aclose_session(self, session_id: str) -> None:
         """Async twin of :meth:`close_session`."""
+
+    def set_interception(self, session_id: str, kind: str,  # noqa: B027 - a hint
+                         expected_duration: float | None = None) -> None:
+        """Say what a session waits for between calls (a tool of ``kind``), so a backend
+        that holds its KV can choose to keep, swap or drop it; others ignore the hint."""
 
     # --- control -------------------------------------------------------------------------
     @abc.abstractmethod

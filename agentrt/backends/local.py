@@ -1,10 +1,15 @@
 """The ``local`` backend: agentrt's own engine, in this process (the default).
 
 It is the one backend that can pause a request in place: a session is one engine request
-(:class:`agentrt.session.Session`) paused between calls with its KV held — preserved,
-swapped to host memory or recomputed, whichever the interception policy finds least
-wasteful — and resumed with only the appended tokens. A ``hook`` passed to a call sees
-each sampled token and may pause or abort it (see :meth:`agentrt.Engine.submit`).
+paused between calls with its KV held — preserved, swapped to host memory or recomputed,
+whichever the interception policy finds least wasteful — and resumed with only the appended
+tokens; a call that keeps less than the whole context rolls the request back first
+(``truncate_to``). A request's ``hook`` (``RequestOptions.hook``) sees each sampled token and
+may pause or abort it (see :meth:`agentrt.Engine.submit`).
+
+Two ``LocalBackend`` objects on one engine are equal: an :class:`agentrt.Engine` passed where
+a backend is expected is wrapped in a new one (:func:`local_backend`), and a session made
+through one serves calls made through another.
 """
 
 from __future__ import annotations
@@ -14,16 +19,16 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentrt.backends.base import Backend, BackendCapabilities, GenerationChunk
-from agentrt.backends.engine_call import EngineCall, Hook
-from agentrt.session import Session
+from agentrt.backends.base import Backend, BackendCapabilities
+from agentrt.core.options import RequestOptions
 
 if TYPE_CHECKING:
+    from agentrt.core.model_info import ModelInfo
+    from agentrt.core.outputs import StreamDelta
     from agentrt.core.sampling_params import SamplingParams
     from agentrt.engine.engine import Engine
-    from agentrt.engine.outputs import StreamDelta
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "local_backend"]
 
 _CAPABILITIES = BackendCapabilities(can_pause_in_place=True, keeps_kv_across_calls=True,
                                     kv_held_between_calls=True, prefix_cache=True,
@@ -32,9 +37,11 @@ _CAPABILITIES = BackendCapabilities(can_pause_in_place=True, keeps_kv_across_cal
 
 @dataclass
 class _LocalSession:
-    session: Session
+    request_id: str | None = None
+    """The engine request holding the context (paused between calls)."""
     context: list[int] = field(default_factory=list)
-    """The prompts and outputs of the calls that ended normally (what a call appends to)."""
+    """What that request holds: the committed calls' prompts and outputs."""
+    busy: bool = False
 
 
 class LocalBackend(Backend):
@@ -45,56 +52,77 @@ class LocalBackend(Backend):
 
     def __init__(self, engine: Engine | None = None, *, model: str | None = None,
                  **engine_options: Any) -> None:
+        self._owns_engine = engine is None
         if engine is None:
             from agentrt.engine.engine import Engine
 
             engine = Engine(model, **engine_options)
-            self._owns_engine = True
-        else:
-            self._owns_engine = False
         self.engine = engine
         self._sessions: dict[str, _LocalSession] = {}
-        self._calls: dict[str, EngineCall] = {}
+        self._calls: dict[str, str] = {}
+        """Call request id → the engine request serving it (a session's, for its calls)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LocalBackend) and other.engine is self.engine
+
+    def __hash__(self) -> int:
+        return hash(id(self.engine))
 
     @property
     def capabilities(self) -> BackendCapabilities:
         return _CAPABILITIES
 
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self.engine.model_info
+
+    @property
+    def model_name(self) -> str:
+        from agentrt import DEFAULT_MODEL
+
+        return self.engine.config.model or DEFAULT_MODEL
+
     # --- generation -----------------------------------------------------------------------
     def stream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None, *,
-               session_id: str | None = None, request_id: str | None = None,
-               hook: Hook | None = None) -> Iterator[GenerationChunk]:
-        call = self._call(prompt_ids, params, session_id, request_id, hook)
+               session_id: str | None = None, keep: int | None = None,
+               options: RequestOptions | None = None) -> Iterator[StreamDelta]:
+        rid, s, source, prompt = self._start(prompt_ids, params, session_id, keep, options,
+                                             is_async=False)
         outputs: list[int] = []
+        reason = None
         try:
-            for delta in call.stream():
+            for delta in source:
                 outputs.extend(delta.token_ids)
-                yield _chunk(call, delta)
-                if delta.finished:
-                    self._commit(session_id, call, outputs, delta.finish_reason)
+                reason = delta.finish_reason if delta.finished else None
+                yield delta
         finally:
-            self._calls.pop(call.request_id, None)
+            source.close()
+            self._end(rid, s, prompt, outputs, reason)
 
     async def astream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
-                      *, session_id: str | None = None, request_id: str | None = None,
-                      hook: Hook | None = None) -> AsyncIterator[GenerationChunk]:
-        call = self._call(prompt_ids, params, session_id, request_id, hook)
+                      *, session_id: str | None = None, keep: int | None = None,
+                      options: RequestOptions | None = None) -> AsyncIterator[StreamDelta]:
+        rid, s, source, prompt = self._start(prompt_ids, params, session_id, keep, options,
+                                             is_async=True)
         outputs: list[int] = []
-        deltas = call.astream()
+        reason = None
         try:
-            async for delta in deltas:
+            async for delta in source:
                 outputs.extend(delta.token_ids)
-                yield _chunk(call, delta)
-                if delta.finished:
-                    self._commit(session_id, call, outputs, delta.finish_reason)
+                reason = delta.finish_reason if delta.finished else None
+                yield delta
         finally:
-            await deltas.aclose()
-            self._calls.pop(call.request_id, None)
+            await source.aclose()
+            self._end(rid, s, prompt, outputs, reason)
 
     # --- sessions ------------------------------------------------------------------------
     def open_session(self) -> str:
         session_id = uuid.uuid4().hex
-        self._sessions[session_id] = _LocalSession(Session(self.engine))
+        self._sessions[session_id] = _LocalSession()
         return session_id
 
     async def aopen_session(self) -> str:
@@ -103,16 +131,26 @@ class LocalBackend(Backend):
     def close_session(self, session_id: str) -> None:
         s = self._sessions.pop(session_id, None)
         if s is not None:
-            s.session.close()
+            self._drop(s)
 
     async def aclose_session(self, session_id: str) -> None:
         self.close_session(session_id)
 
+    def set_interception(self, session_id: str, kind: str,
+                         expected_duration: float | None = None) -> None:
+        s = self._sessions.get(session_id)
+        if s is None or s.request_id is None or s.busy:
+            return
+        try:
+            self.engine.set_interception(s.request_id, kind, expected_duration)
+        except (KeyError, ValueError):
+            pass  # the request is not paused (finished or aborted): nothing to tell
+
     # --- control -------------------------------------------------------------------------
     def abort(self, request_id: str) -> None:
-        call = self._calls.get(request_id)
-        if call is not None:
-            call.abort()
+        engine_rid = self._calls.get(request_id)
+        if engine_rid is not None:
+            self.engine.abort(engine_rid)
 
     async def aabort(self, request_id: str) -> None:
         self.abort(request_id)
@@ -124,41 +162,72 @@ class LocalBackend(Backend):
             self.engine.close()
 
     # --- internals -----------------------------------------------------------------------
-    def _call(self, prompt_ids: Sequence[int], params: SamplingParams | None,
-              session_id: str | None, request_id: str | None, hook: Hook | None
-              ) -> EngineCall:
-        request_id = request_id or f"local-{uuid.uuid4().hex[:16]}"
-        if request_id in self._calls:
-            raise ValueError(f"request id {request_id!r} is already in use")
-        session = None
-        prompt = list(prompt_ids)
-        if session_id is not None:
-            s = self._session(session_id)
-            session, prompt = s.session, s.context + prompt
-        call = EngineCall(self.engine, prompt, params, request_id=request_id,
-                          session=session, hook=hook)
-        self._calls[request_id] = call
-        return call
+    def _start(self, prompt_ids: Sequence[int], params: SamplingParams | None,
+               session_id: str | None, keep: int | None, options: RequestOptions | None,
+               is_async: bool) -> tuple[str, _LocalSession | None, Any, list[int]]:
+        opts = options or RequestOptions()
+        rid = opts.request_id or f"local-{uuid.uuid4().hex[:16]}"
+        if rid in self._calls:
+            raise ValueError(f"request id {rid!r} is already in use")
+        e, sent = self.engine, list(prompt_ids)
+        if session_id is None:
+            start = e.astream if is_async else e.stream
+            source = start(sent, params, opts.updated({"request_id": rid}))
+            self._calls[rid] = rid
+            return rid, None, source, sent
+        s = self._session(session_id)
+        keep = len(s.context) if keep is None else keep
+        if not 0 <= keep <= len(s.context):
+            raise ValueError(f"keep must be in [0, {len(s.context)}] (the session's context), "
+                             f"got {keep}")
+        prompt = s.context[:keep] + sent
+        if s.request_id is not None and keep > 0:
+            resume = e.aresume_stream if is_async else e.resume_stream
+            truncate = keep if keep < len(s.context) else None
+            source = resume(s.request_id, sent, params,
+                            opts.updated({"request_id": None, "keep_kv": True}),
+                            truncate_to=truncate)
+        else:
+            self._drop(s)
+            s.request_id = f"session-{uuid.uuid4().hex[:16]}"
+            start = e.astream if is_async else e.stream
+            source = start(prompt, params,
+                           opts.updated({"request_id": s.request_id, "keep_kv": True}))
+        s.busy = True
+        self._calls[rid] = s.request_id
+        return rid, s, source, prompt
+
+    def _end(self, rid: str, s: _LocalSession | None, prompt: list[int], outputs: list[int],
+             reason: str | None) -> None:
+        self._calls.pop(rid, None)
+        if s is None:
+            return
+        s.busy = False
+        if reason in ("stop", "length"):
+            s.context = prompt + outputs  # NOTE: the request is paused, its KV kept
+        else:
+            s.request_id, s.context = None, []  # aborted or cut short: the engine freed it
 
     def _session(self, session_id: str) -> _LocalSession:
         s = self._sessions.get(session_id)
         if s is None:
             raise ValueError(f"unknown session {session_id!r} (open it with open_session)")
-        if s.session.busy:
+        if s.busy:
             raise ValueError(f"session {session_id!r} is serving another call")
         return s
 
-    def _commit(self, session_id: str | None, call: EngineCall, outputs: list[int],
-                reason: str | None) -> None:
-        """A session call that ended normally extends the session's context."""
-        s = self._sessions.get(session_id or "")
-        if s is not None and reason in ("stop", "length"):
-            s.context = call.prompt_ids + outputs
+    def _drop(self, s: _LocalSession) -> None:
+        """Free the session's engine request (aborted if a call is running on it)."""
+        rid, s.request_id, s.context = s.request_id, None, []
+        if rid is None:
+            return
+        try:
+            self.engine.abort(rid) if s.busy else self.engine.release(rid)
+        except KeyError:
+            pass  # already gone
 
 
-def _chunk(call: EngineCall, delta: StreamDelta) -> GenerationChunk:
-    return GenerationChunk(
-        request_id=call.request_id, text=delta.text, token_ids=list(delta.token_ids),
-        finished=delta.finished, finish_reason=delta.finish_reason,
-        num_prompt_tokens=len(call.prompt_ids), num_cached_tokens=call.num_cached_tokens,
-        matched_stop=call.stop_reason if delta.finish_reason == "stop" else None)
+def local_backend(engine: Engine) -> LocalBackend:
+    """``engine`` as a backend (the engine stays the caller's: closing this does not close
+    it)."""
+    return LocalBackend(engine)

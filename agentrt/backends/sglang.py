@@ -4,10 +4,17 @@ SGLang's native HTTP API (SGLang 0.5.8, sglang-router 0.3.2; see :mod:`.sglang_p
 Calls are ``POST /generate`` with token ids, streamed as server-sent events; each call has
 a ``rid``, which ``POST /abort_request`` aborts (closing a stream early aborts it too).
 Sessions use SGLang's own: ``POST /open_session`` gives an id, each call names it and the
-request it continues in ``session_params``, so only the appended tokens travel and the
+request it continues in ``session_params`` (with ``offset`` where the call keeps only part
+of that request's context: a seam rolled back), so only the appended tokens travel and the
 server finds the earlier KV in its radix tree. SGLang cannot pause a request in place, and
 the tree may evict that KV under memory pressure: the capabilities say so. (``agentrt
-serve`` answers the same API and holds a session's KV in a paused request.)
+serve`` answers the same API and holds a session's KV in a paused request.) Grammars travel
+as SGLang's sampling fields; a hook, forced tokens or a logits processor cannot (a
+:class:`~agentrt.backends.call.Call` runs a hook on the streamed tokens instead).
+
+Front ends render prompts with the served model's tokenizer, loaded here, offline: from
+``tokenizer=`` or ``model=`` (anything :func:`agentrt.models.files.resolve_model` finds),
+else from the path ``/model_info`` reports, if that resolves on this machine.
 
 sglang-router 0.3.2 routes ``/generate`` (cache-aware: a request goes to the worker whose
 tree holds the longest prefix of it) but not ``/open_session`` or ``/abort_request``. Behind
@@ -20,11 +27,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from agentrt.backends.base import Backend, BackendCapabilities, GenerationChunk
+from agentrt.backends.base import Backend, BackendCapabilities
 from agentrt.backends.sglang_protocol import (
     SGLANG_API_VERSION,
     ChunkParser,
@@ -34,6 +42,9 @@ from agentrt.backends.sglang_protocol import (
     is_router_info,
     parse_payload,
 )
+from agentrt.core.model_info import ModelInfo
+from agentrt.core.options import RequestOptions
+from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
 
 __all__ = ["SGLANG_API_VERSION", "SGLangBackend", "SGLangError"]
@@ -57,12 +68,21 @@ class _Call:
     session: _Session | None
     parser: ChunkParser
 
-    def commit(self, chunk: GenerationChunk) -> None:
+    def commit(self, delta: StreamDelta) -> None:
         """A session call that ended normally becomes what the next one continues."""
-        if self.session is None or chunk.finish_reason not in ("stop", "length"):
+        if self.session is None or delta.finish_reason not in ("stop", "length"):
             return
         self.session.last_rid = self.rid
         self.session.context = self.prompt_ids + self.parser.token_ids
+        self.committed = True
+
+    committed = False
+
+    def end(self) -> None:
+        """A session call that did not commit (aborted, cut short) leaves the session empty:
+        its next call starts afresh (the server's prefix cache serves what it still has)."""
+        if self.session is not None and not self.committed:
+            self.session.last_rid, self.session.context = None, []
 
 
 class SGLangBackend(Backend):
@@ -70,14 +90,19 @@ class SGLangBackend(Backend):
 
     ``sessions``: whether the server keeps sessions (None = ask it once: a router does not).
     ``session_capacity`` is SGLang's ``capacity_of_str_len`` for the sessions opened.
+    ``tokenizer`` (a tokenizer or where one is) or ``model`` name the served model's
+    tokenizer when the server's own path is not on this machine.
     """
 
     name = "sglang"
 
     def __init__(self, url: str = "http://127.0.0.1:30000", *, timeout: float = 600.0,
                  sessions: bool | None = None, session_capacity: int = 1 << 16,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, model: str | None = None,
+                 tokenizer: Any = None) -> None:
         self.url = url.rstrip("/")
+        self._model, self._tokenizer = model, tokenizer
+        self._model_info: ModelInfo | None = None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._options = {"base_url": self.url, "timeout": timeout, "headers": headers}
         self._client = httpx.Client(**self._options)
@@ -118,13 +143,42 @@ class SGLangBackend(Backend):
         self._server_sessions = not is_router_info(info)
         self._server_info = info if self._server_sessions else None
 
+    # --- the model ------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None or isinstance(self._tokenizer, str | Path):
+            self._tokenizer = _load_tokenizer(self._tokenizer or self._model, self._info_path)
+        return self._tokenizer
+
+    @property
+    def model_info(self) -> ModelInfo:
+        if self._model_info is None:
+            info = _checked_json(self._client.get("/model_info"))
+            server = _json_or_none(self._client.get("/server_info")) or {}
+            tok = self.tokenizer
+            self._model_info = ModelInfo(
+                name=str(server.get("served_model_name") or info["model_path"]),
+                path=str(info["model_path"]),
+                architecture=str((info.get("architectures") or ["unknown"])[0]),
+                max_model_len=int(server.get("context_length") or tok.model_max_length),
+                vocab_size=len(tok), eos_token_ids=_eos_ids(tok))
+        return self._model_info
+
+    @property
+    def model_name(self) -> str:
+        return self.model_info.name
+
+    def _info_path(self) -> str:
+        info = _checked_json(self._client.get("/model_info"))
+        return str(info.get("tokenizer_path") or info["model_path"])
+
     # --- generation ----------------------------------------------------------------------
     def stream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None, *,
-               session_id: str | None = None, request_id: str | None = None
-               ) -> Iterator[GenerationChunk]:
+               session_id: str | None = None, keep: int | None = None,
+               options: RequestOptions | None = None) -> Iterator[StreamDelta]:
         if session_id is not None:
             self._has_sessions()
-        call = self._call(prompt_ids, params, session_id, request_id)
+        call = self._call(prompt_ids, params, session_id, keep, options)
         finished = False
         with self._client.stream("POST", "/generate", json=call.body) as response:
             if response.is_error:
@@ -132,20 +186,21 @@ class SGLangBackend(Backend):
                 _raise(response)
             try:
                 for line in response.iter_lines():
-                    chunk = _parse_line(call, line)
-                    if chunk is not None:
-                        finished = chunk.finished
-                        yield chunk
+                    delta = _parse_line(call, line)
+                    if delta is not None:
+                        finished = delta.finished
+                        yield delta
             finally:
+                call.end()
                 if not finished:
                     self._abort_quietly(call.rid)
 
     async def astream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
-                      *, session_id: str | None = None, request_id: str | None = None
-                      ) -> AsyncIterator[GenerationChunk]:
+                      *, session_id: str | None = None, keep: int | None = None,
+                      options: RequestOptions | None = None) -> AsyncIterator[StreamDelta]:
         if session_id is not None:
             await self._ahas_sessions()
-        call = self._call(prompt_ids, params, session_id, request_id)
+        call = self._call(prompt_ids, params, session_id, keep, options)
         finished = False
         client = self._async_client()
         async with client.stream("POST", "/generate", json=call.body) as response:
@@ -154,11 +209,12 @@ class SGLangBackend(Backend):
                 _raise(response)
             try:
                 async for line in response.aiter_lines():
-                    chunk = _parse_line(call, line)
-                    if chunk is not None:
-                        finished = chunk.finished
-                        yield chunk
+                    delta = _parse_line(call, line)
+                    if delta is not None:
+                        finished = delta.finished
+                        yield delta
             finally:
+                call.end()
                 if not finished:
                     await self._aabort_quietly(call.rid)
 
@@ -210,19 +266,30 @@ class SGLangBackend(Backend):
         return self._aclient
 
     def _call(self, prompt_ids: Sequence[int], params: SamplingParams | None,
-              session_id: str | None, request_id: str | None) -> _Call:
-        rid = request_id or uuid.uuid4().hex
+              session_id: str | None, keep: int | None, options: RequestOptions | None
+              ) -> _Call:
+        opts = options or RequestOptions()
+        _check_options(opts)
+        rid = opts.request_id or uuid.uuid4().hex
         sent = list(prompt_ids)
         context, session, session_params = sent, None, None
         if session_id is not None:
             session = self._sessions.get(session_id)
             if session is None:
                 raise ValueError(f"unknown session {session_id!r} (open it with open_session)")
-            context = session.context + sent
-            if self._server_sessions:
-                session_params = {"id": session_id, "rid": session.last_rid}
-            else:
+            keep = len(session.context) if keep is None else keep
+            if not 0 <= keep <= len(session.context):
+                raise ValueError(f"keep must be in [0, {len(session.context)}] (the session's "
+                                 f"context), got {keep}")
+            context = session.context[:keep] + sent
+            if not self._server_sessions:
                 sent = context
+            elif keep == 0 or session.last_rid is None:
+                session_params = {"id": session_id, "rid": None}
+            else:
+                session_params = {"id": session_id, "rid": session.last_rid}
+                if keep < len(session.context):
+                    session_params["offset"] = keep  # NOTE: a seam rolled back
         body = generate_body(sent, params or SamplingParams(), rid=rid, stream=True,
                              session_params=session_params)
         return _Call(rid, body, context, session, ChunkParser(rid))
@@ -247,14 +314,51 @@ class SGLangBackend(Backend):
             pass
 
 
-def _parse_line(call: _Call, line: str) -> GenerationChunk | None:
-    """The chunk a ``data:`` line carries (None for other lines and ``[DONE]``)."""
+def _parse_line(call: _Call, line: str) -> StreamDelta | None:
+    """The delta a ``data:`` line carries (None for other lines and ``[DONE]``)."""
     if not line.startswith("data:") or line[5:].strip() == "[DONE]":
         return None
-    chunk = call.parser.chunk(parse_payload(line[5:].strip()))
-    if chunk.finished:
-        call.commit(chunk)
-    return chunk
+    delta = call.parser.chunk(parse_payload(line[5:].strip()))
+    if delta.finished:
+        call.commit(delta)
+    return delta
+
+
+def _check_options(opts: RequestOptions) -> None:
+    """What cannot travel to an SGLang server is refused (namespace, group and depth, and
+    ``keep_kv`` — sessions keep the context — are ignored)."""
+    if opts.hook is not None:
+        raise ValueError("a hook runs in process; the sglang backend cannot send it (run the "
+                         "call through agentrt.backends.Call, which runs it on the stream)")
+    if opts.forced_token_ids:
+        raise ValueError("forced_token_ids are not supported by the sglang backend")
+
+
+def _load_tokenizer(where: Any, info_path: Any) -> Any:
+    """The tokenizer at ``where`` (a folder, a file or a model name), else at the path the
+    server reports — found on this machine, never downloaded."""
+    from agentrt.models import load_tokenizer
+    from agentrt.models.files import resolve_model
+    from agentrt.models.sources import ModelNotFoundError
+
+    spec = where if where is not None else info_path()
+    try:
+        folder = Path(spec) if Path(spec).is_dir() else resolve_model(spec)
+    except ModelNotFoundError as exc:
+        raise ValueError(f"the served model's tokenizer ({spec}) is not on this machine and "
+                         "nothing is downloaded: pass tokenizer= (a tokenizer or its folder) "
+                         f"or model= to the sglang backend\n{exc}") from exc
+    return load_tokenizer(folder)
+
+
+def _eos_ids(tokenizer: Any) -> tuple[int, ...]:
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return () if eos is None else (int(eos),)
+
+
+def _checked_json(response: httpx.Response) -> Any:
+    _check_response(response)
+    return response.json()
 
 
 def _json_or_none(response: httpx.Response) -> Any:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentrt.backends.base import GenerationChunk
+from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
 
 __all__ = ["SGLANG_API_VERSION", "ChunkParser", "SGLangError", "error_message",
@@ -41,11 +41,12 @@ class SGLangError(RuntimeError):
 
 
 def sampling_params(params: SamplingParams) -> dict[str, Any]:
-    """``params`` in SGLang's names; ``params.extra["sglang"]`` adds SGLang-only options
-    (``min_p``, ``regex``, ``json_schema``, ``no_stop_trim``, ...)."""
+    """``params`` in SGLang's names — a ``grammar`` as SGLang's ``ebnf`` / ``structural_tag``
+    / ``json_schema`` / ``regex`` field; ``params.extra["sglang"]`` adds SGLang-only options
+    (``min_p``, ``no_stop_trim``, ...)."""
     if params.logits_processor is not None:
         raise ValueError("a LogitsProcessor runs in process; the sglang backend cannot send "
-                         "it (use params.extra['sglang'] = {'json_schema' | 'regex': ...})")
+                         "it (set SamplingParams.grammar instead)")
     if params.logprobs is not None:
         raise ValueError("logprobs are not supported by the sglang backend")
     out: dict[str, Any] = {
@@ -59,6 +60,8 @@ def sampling_params(params: SamplingParams) -> dict[str, Any]:
         out["stop_token_ids"] = list(params.stop_token_ids)
     if params.seed is not None:
         out["sampling_seed"] = params.seed
+    if params.grammar is not None:
+        out[params.grammar.kind] = params.grammar.spec
     out.update(params.extra.get("sglang", {}))
     return out
 
@@ -97,14 +100,14 @@ def is_router_info(info: Any) -> bool:
 
 
 class ChunkParser:
-    """Turns one request's answers (whole or streamed) into :class:`GenerationChunk`\\ s."""
+    """Turns one request's answers (whole or streamed) into :class:`StreamDelta`\\ s."""
 
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
         self.text = ""
         self.token_ids: list[int] = []
 
-    def chunk(self, out: dict[str, Any]) -> GenerationChunk:
+    def chunk(self, out: dict[str, Any]) -> StreamDelta:
         meta = out.get("meta_info", {})
         ids = list(out.get("output_ids") or [])
         num_done = int(meta.get("completion_tokens", len(ids)))
@@ -115,7 +118,7 @@ class ChunkParser:
         new_text = text[len(self.text):] if text.startswith(self.text) else text
         self.text += new_text
         reason = meta.get("finish_reason")
-        return GenerationChunk(
+        return StreamDelta(
             request_id=str(meta.get("id", self.request_id)), text=new_text, token_ids=new_ids,
             finished=reason is not None, finish_reason=_reason_type(reason),
             num_prompt_tokens=int(meta.get("prompt_tokens", 0)),

@@ -1,14 +1,15 @@
-"""One chat call: OpenAI-format messages + options → an engine request → text and tool calls.
+"""One chat call: OpenAI-format messages + options → a backend call → text and tool calls.
 
-:func:`prepare_chat` renders and tokenizes the prompt and builds the ``SamplingParams`` (with
-the grammar processor when tools or a response format are given); :func:`run_deltas` /
-:func:`arun_deltas` run it — as a fresh engine request, or, inside
-:func:`agentrt.session.agent_run`, as the next call of that run's session, which keeps the
-request's KV and appends only what the new prompt adds; :class:`ChatProgress` turns the
-stream deltas into answer text, reasoning and tool calls through one
-:class:`~agentrt.chat.tool_calls.ToolCallStream` in the model family's tool-call format
-(:func:`~agentrt.chat.formats.detect_format`, from the chat template). ``ChatAgentRT``,
-``AgentRT`` and ``agentrt serve`` are thin adapters over this module.
+:func:`prepare_chat` renders and tokenizes the prompt with the backend's tokenizer and builds
+the ``SamplingParams`` (with the output grammar, as data, when tools or a response format are
+given); :func:`run_deltas` / :func:`arun_deltas` run it as one
+:class:`~agentrt.backends.call.Call` — alone, or, inside :func:`agentrt.session.agent_run`,
+as the next call of that run's session, which keeps the context and appends only what the
+new prompt adds; :class:`ChatProgress` turns the stream deltas into answer text, reasoning and
+tool calls through one :class:`~agentrt.chat.tool_calls.ToolCallStream` in the model family's
+tool-call format (:func:`~agentrt.chat.formats.detect_format`, from the chat template).
+``ChatAgentRT``, ``AgentRT`` and ``agentrt serve`` are thin adapters over this module, on any
+backend (an :class:`agentrt.Engine` is taken as its local backend).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentrt.backends.call import Call, as_backend
 from agentrt.chat.formats import (
     HERMES,
     Reasoning,
@@ -31,44 +33,40 @@ from agentrt.chat.formats import (
 from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, response_schema
 from agentrt.chat.template import render_prompt
 from agentrt.chat.tool_calls import InvalidToolCall, StreamPiece, ToolCall, ToolCallStream
-from agentrt.core.sampling_params import SamplingParams
-from agentrt.session import Session, current_scope, request_tags
+from agentrt.core.options import RequestOptions
+from agentrt.core.sampling_params import Grammar, SamplingParams
+from agentrt.session import Session, current_scope
 
 if TYPE_CHECKING:
-    from agentrt.engine.engine import Engine
-    from agentrt.engine.outputs import StreamDelta
+    from agentrt.backends.base import Backend
+    from agentrt.core.outputs import StreamDelta
 
 __all__ = ["ChatCall", "ChatProgress", "arun_deltas", "prepare_chat", "run_deltas"]
 
 
 @dataclass
 class ChatCall:
-    """Everything one engine request needs."""
+    """Everything one backend call needs (and, once it runs, the call itself)."""
 
-    engine: Engine
+    backend: Backend
     prompt_ids: list[int]
     params: SamplingParams
     timeout: float | None = None
     request_id: str = field(default_factory=lambda: f"chat-{uuid.uuid4().hex[:16]}")
     session: Session | None = None
-    """The agent-run session serving this call (None: a request of its own)."""
+    """The agent-run session serving this call (None: a call of its own)."""
     hook: Any = None
-    """The run's engine hook for this call (partial tool execution), closed when it ends."""
+    """The run's hook for this call (partial tool execution), closed when it ends."""
     tool_format: ToolCallFormat = HERMES
     """How the model writes tool calls (what the grammar forces and the parser reads)."""
     reasoning: Reasoning = "none"
     """Whether the output may hold ``<think>`` reasoning (or starts inside it)."""
-
-    @property
-    def engine_request_id(self) -> str:
-        """The id of the engine request serving the call (a session's, inside an agent run)."""
-        if self.session is not None:
-            return self.session.request_id or ""
-        return self.request_id
+    call: Call | None = None
+    """The backend call, once started: its counters (cached / prefilled tokens)."""
 
     @contextmanager
     def deadline(self) -> Iterator[None]:
-        """Abort the request after ``timeout`` seconds and raise ``TimeoutError``."""
+        """Abort the call after ``timeout`` seconds and raise ``TimeoutError``."""
         if self.timeout is None:
             yield
             return
@@ -76,7 +74,8 @@ class ChatCall:
 
         def expire() -> None:
             fired.set()
-            self.engine.abort(self.engine_request_id)
+            if self.call is not None:
+                self.call.abort()
 
         timer = threading.Timer(self.timeout, expire)
         timer.daemon = True
@@ -89,7 +88,7 @@ class ChatCall:
             raise TimeoutError(f"the call took longer than timeout={self.timeout}s; aborted")
 
 
-def prepare_chat(engine: Engine, messages: Sequence[Mapping[str, Any]], *,
+def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                  tools: Sequence[dict[str, Any]] = (), tool_choice: Any = None,
                  response_format: dict[str, Any] | None = None,
                  parallel_tool_calls: bool = False, constrained: bool = True,
@@ -99,7 +98,8 @@ def prepare_chat(engine: Engine, messages: Sequence[Mapping[str, Any]], *,
                  request_id: str | None = None,
                  tool_format: str | ToolCallFormat | None = None,
                  chat_template: str | None = None) -> ChatCall:
-    """Render, tokenize and parameterize one call.
+    """Render, tokenize and parameterize one call on ``backend`` (a
+    :class:`~agentrt.backends.base.Backend`, or an :class:`agentrt.Engine`: its local one).
 
     ``messages`` and ``tools`` are in OpenAI's chat format; ``tool_choice`` is ``"auto"``
     (default), ``"none"``, ``"required"`` / ``"any"``, a tool's name or OpenAI's dict form;
@@ -109,25 +109,27 @@ def prepare_chat(engine: Engine, messages: Sequence[Mapping[str, Any]], *,
     ``"mistral"``) overrides the one read from the template. Raises ``ValueError`` for input
     the call cannot honour.
     """
+    backend = as_backend(backend)
+    tokenizer = backend.tokenizer
     tools = list(tools)
     choice = normalize_tool_choice(tool_choice, [t["function"]["name"] for t in tools])
-    template = chat_template or engine.tokenizer
+    template = chat_template or tokenizer
     fmt = detect_format(template, tool_format)
-    prompt = render_prompt(engine.tokenizer, messages, tools,
+    prompt = render_prompt(tokenizer, messages, tools,
                            system_note=_format_note(response_format), tool_format=fmt,
                            chat_template=chat_template)
     reasoning = detect_reasoning(template, prompt)
-    prompt_ids = engine.tokenizer.encode(prompt, add_special_tokens=False)
-    processor = None
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    grammar = None
     if constrained:
         tag = output_structural_tag(tools, choice, response_format,
                                     parallel_tool_calls=parallel_tool_calls, tool_format=fmt,
                                     reasoning=reasoning)
-        processor = _output_processor(engine, tag)
+        grammar = _output_grammar(tag)
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                            stop=tuple(stop), logits_processor=processor,
+                            stop=tuple(stop), grammar=grammar,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
-    call = ChatCall(engine, prompt_ids, params, timeout=timeout, tool_format=fmt,
+    call = ChatCall(backend, prompt_ids, params, timeout=timeout, tool_format=fmt,
                     reasoning=reasoning)
     if request_id is not None:
         call.request_id = request_id
@@ -138,7 +140,7 @@ def run_deltas(call: ChatCall) -> Iterator[StreamDelta]:
     """The stream deltas of ``call`` (closing early aborts it)."""
     with call.deadline():
         try:
-            yield from _start(call, is_async=False)
+            yield from _start(call).stream()
         finally:
             _close_hook(call)
 
@@ -146,7 +148,7 @@ def run_deltas(call: ChatCall) -> Iterator[StreamDelta]:
 async def arun_deltas(call: ChatCall) -> AsyncIterator[StreamDelta]:
     """Async twin of :func:`run_deltas`."""
     with call.deadline():
-        stream = _start(call, is_async=True)
+        stream = _start(call).astream()
         try:
             async for delta in stream:
                 yield delta
@@ -160,18 +162,18 @@ def _close_hook(call: ChatCall) -> None:
         call.hook.close()
 
 
-def _start(call: ChatCall, *, is_async: bool) -> Any:
+def _start(call: ChatCall) -> Call:
+    """The backend call of ``call``: its own, or its agent run's session's next one."""
     scope = current_scope()
-    if scope is None:
-        start = call.engine.astream if is_async else call.engine.stream
-        return start(call.prompt_ids, call.params, request_id=call.request_id,
-                     **request_tags.get())
-    call.session = scope.session_for(call.engine, call.prompt_ids)
-    start = call.session.astream if is_async else call.session.stream
-    if scope.hook_factory is None:
-        return start(call.prompt_ids, call.params)
-    call.hook = scope.hook_factory(call.engine.tokenizer)
-    return start(call.prompt_ids, call.params, hook=call.hook)
+    options = RequestOptions(request_id=call.request_id)
+    if scope is not None:
+        call.session = scope.session_for(call.backend, call.prompt_ids)
+        if scope.hook_factory is not None:
+            call.hook = scope.hook_factory(call.backend.tokenizer)
+            options = options.updated({"hook": call.hook})
+    call.call = Call(call.backend, call.prompt_ids, call.params, session=call.session,
+                     options=options)
+    return call.call
 
 
 class ChatProgress:
@@ -232,12 +234,15 @@ class ChatProgress:
         return self.engine_finish_reason
 
 
-def _output_processor(engine: Engine, tag: dict[str, Any] | None) -> Any:
+def _output_grammar(tag: dict[str, Any] | None) -> Grammar | None:
+    """The call's output grammar: the tools' / format's structural tag, else the agent run's
+    (e.g. the ReAct format), else none."""
     if tag is not None:
-        return _grammar_processor(engine, tag)
+        _check_xgrammar()
+        return Grammar("structural_tag", json.dumps(tag))
     scope = current_scope()
     if scope is not None and scope.grammar:
-        return _ebnf_processor(engine, scope.grammar)  # e.g. the ReAct format of an agent run
+        return Grammar("ebnf", scope.grammar)
     return None
 
 
@@ -250,20 +255,9 @@ def _format_note(response_format: dict[str, Any] | None) -> str | None:
     return "Answer with a JSON object that matches this JSON schema:\n" + json.dumps(schema)
 
 
-def _ebnf_processor(engine: Engine, grammar: str) -> Any:
-    from agentrt.constrained import get_grammar_backend
-
-    return get_grammar_backend(engine).ebnf(grammar)
-
-
-def _grammar_processor(engine: Engine, tag: dict[str, Any]) -> Any:
+def _check_xgrammar() -> None:
     try:
-        from agentrt.constrained import get_grammar_backend
+        import xgrammar  # noqa: F401
     except ImportError as exc:
         raise ImportError("constrained tool calls need xgrammar: pip install "
                           "'agentrt[constrained]', or pass constrained=False") from exc
-    try:
-        return get_grammar_backend(engine).structural_tag(tag)
-    except ValueError as exc:  # a schema xgrammar cannot compile (its reason, no paths)
-        raise ValueError(f"cannot build the output grammar for these tools / format: {exc}") \
-            from exc

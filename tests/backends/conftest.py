@@ -1,5 +1,6 @@
 """Backends under test: ``local`` on the session's engine, ``sglang`` on a real ``agentrt
-serve`` process on loopback speaking SGLang's native API (see ``tests/server``'s harness)."""
+serve`` process on loopback speaking SGLang's native API (``sglang_server`` in
+``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-
-from serve_harness import Server, launch, stop, wait_healthy  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def sglang_server(tmp_path_factory, request) -> Server:
-    """``agentrt serve`` on a free loopback port, for the sglang backend's tests (the
-    session's in-process engine loads while the server starts)."""
-    server = launch(tmp_path_factory.mktemp("sglang-server") / "serve.log")
-    try:
-        request.getfixturevalue("engine")
-        wait_healthy(server)
-        yield server
-    finally:
-        stop(server.process)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # serve_harness
 
 
 @pytest.fixture

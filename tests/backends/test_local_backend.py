@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from agentrt import SamplingParams
-from agentrt.backends import Generation
+from agentrt import RequestOptions, SamplingParams
+from agentrt.core.outputs import RequestOutput
 
 
 def test_session_resumes_with_only_the_appended_tokens(local, prompt_ids, tokenizer):
@@ -30,10 +30,11 @@ def test_abort_by_request_id(local, prompt_ids):
     # NOTE: the engine decodes on while the first chunk is handled: a budget no run can use
     # up before the abort lands keeps this independent of the machine's speed
     params = SamplingParams(max_tokens=512, ignore_eos=True)
-    out = Generation()
-    for chunk in local.stream(prompt_ids, params, request_id="local-abort"):
-        out.add(chunk)
+    chunks = []
+    for chunk in local.stream(prompt_ids, params, options=RequestOptions(request_id="local-abort")):
+        chunks.append(chunk)
         local.abort("local-abort")
+    out = RequestOutput.from_deltas(chunks)
     assert out.finish_reason == "abort" and len(out.token_ids) < 512
 
 
@@ -44,9 +45,9 @@ def test_a_hook_pauses_in_place(local, prompt_ids):
 
     sid = local.open_session()
     try:
-        chunks = list(local.stream(prompt_ids, SamplingParams(max_tokens=16),
-                                   session_id=sid, hook=pause_after_three))
-        paused = local.engine.core.requests[local._sessions[sid].session.request_id]
+        chunks = list(local.stream(prompt_ids, SamplingParams(max_tokens=16), session_id=sid,
+                                   options=RequestOptions(hook=pause_after_three)))
+        paused = local.engine.core.requests[local._sessions[sid].request_id]
         assert paused.status.name == "INTERCEPTED"  # its KV held, ready to resume
     finally:
         local.close_session(sid)
@@ -56,6 +57,29 @@ def test_a_hook_pauses_in_place(local, prompt_ids):
 def test_busy_and_unknown_sessions_are_refused(local, prompt_ids):
     with pytest.raises(ValueError, match="unknown session"):
         local.generate(prompt_ids, session_id="nope")
+    sid = local.open_session()
+    try:
+        with pytest.raises(ValueError, match="keep must be"):
+            local.generate(prompt_ids, session_id=sid, keep=3)  # the session holds nothing
+    finally:
+        local.close_session(sid)
+
+
+def test_keep_rolls_the_session_back(local, prompt_ids, tokenizer):
+    """``keep`` < the held context: the request is truncated there, then appended to."""
+    params = SamplingParams(max_tokens=4)
+    sid = local.open_session()
+    try:
+        first = local.generate(prompt_ids, params, session_id=sid)
+        appended = tokenizer.encode(" Why?", add_special_tokens=False)
+        second = local.generate(appended, params, session_id=sid, keep=len(prompt_ids))
+    finally:
+        local.close_session(sid)
+    assert len(first.token_ids) == 4
+    context = prompt_ids + appended  # the first call's output rolled back
+    assert second.num_prompt_tokens == len(context)
+    assert second.num_cached_tokens >= len(prompt_ids) - 1
+    assert second.token_ids == local.generate(context, params).token_ids
 
 
 async def test_async_twin(local, prompt_ids):

@@ -18,7 +18,8 @@ import sglang_router  # noqa: F401 - the router binary ships in this package ([d
 from serve_harness import Server, free_port, launch, stop, wait_healthy
 
 from agentrt import SamplingParams
-from agentrt.backends import Generation, get_backend
+from agentrt.backends import get_backend
+from agentrt.core.outputs import RequestOutput
 
 PAGE = 16  # the engine's default block size: the prefix cache shares whole pages
 PREFIX_LEN = 300
@@ -92,11 +93,11 @@ def prompts(cluster, long_text) -> tuple[list[list[int]], list[list[int]]]:
     return shared, [encode(f"{word} are known for") for word in WORDS]
 
 
-async def _run_all(url: str, prompts: list[list[int]]) -> list[Generation]:
+async def _run_all(url: str, prompts: list[list[int]]) -> list[RequestOutput]:
     """``prompts`` through the sglang backend at ``url``, ``CONCURRENCY`` at a time."""
     limit = asyncio.Semaphore(CONCURRENCY)
     async with get_backend("sglang", url=url, timeout=300) as backend:
-        async def one(ids: list[int]) -> Generation:
+        async def one(ids: list[int]) -> RequestOutput:
             async with limit:
                 return await backend.agenerate(ids, PARAMS)
 

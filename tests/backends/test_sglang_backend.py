@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt import SamplingParams
+from agentrt import RequestOptions, SamplingParams
 from agentrt.backends import BackendCapabilities, get_backend
 
 GREEDY = SamplingParams(max_tokens=12)
@@ -43,7 +43,8 @@ def test_stop_string_and_matched_stop(sglang, local, prompt_ids):
 
 
 def test_stream_chunks_add_up_to_generate(sglang, prompt_ids):
-    chunks = list(sglang.stream(prompt_ids, GREEDY, request_id="stream-1"))
+    chunks = list(sglang.stream(prompt_ids, GREEDY,
+                                options=RequestOptions(request_id="stream-1")))
     whole = sglang.generate(prompt_ids, GREEDY)
     assert len(chunks) > 1 and all(c.request_id == "stream-1" for c in chunks)
     assert [c.finished for c in chunks] == [False] * (len(chunks) - 1) + [True]
@@ -79,7 +80,8 @@ def test_abort_mid_stream_frees_the_kv(sglang, sglang_server, prompt_ids):
     # NOTE: a budget no run can use up before the abort lands (independent of machine speed)
     params = SamplingParams(max_tokens=512, ignore_eos=True)
     chunks = []
-    for chunk in sglang.stream(prompt_ids, params, request_id="to-abort"):
+    for chunk in sglang.stream(prompt_ids, params,
+                                options=RequestOptions(request_id="to-abort")):
         chunks.append(chunk)
         if len(chunks) == 1:
             sglang.abort("to-abort")

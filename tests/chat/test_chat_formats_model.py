@@ -13,6 +13,7 @@ pytest.importorskip("xgrammar", reason="needs the [constrained] extra")
 jsonschema = pytest.importorskip("jsonschema")
 
 from agentrt.chat import ChatProgress, prepare_chat, run_deltas  # noqa: E402
+from agentrt.engine.grammar import with_grammar_processor  # noqa: E402
 
 TEMPLATES = Path(__file__).parent / "templates"
 FAMILIES = {"llama3.1": "llama3", "mistral-v0.3": "mistral", "qwen3": "hermes"}
@@ -54,8 +55,9 @@ def run(engine, family_template: str, tool_choice: str, *, start: bool = False):
     if start:
         trigger = TRIGGERS[call.tool_format.name]
         forced = engine.tokenizer.encode(trigger, add_special_tokens=False)
-        call.params = replace(call.params,
-                              logits_processor=_StartsWith(call.params.logits_processor, forced))
+        params = with_grammar_processor(call.params, engine)  # the grammar, compiled here
+        call.params = replace(params, grammar=None,
+                              logits_processor=_StartsWith(params.logits_processor, forced))
     progress = ChatProgress(call)
     for delta in run_deltas(call):
         progress.feed(delta)

@@ -67,7 +67,7 @@ def test_bad_messages_raise_clear_errors(tokenizer, message, error):
 def test_prepare_chat_builds_a_constrained_request(engine):
     call = prepare_chat(engine, [{"role": "user", "content": "What is 3 times 7?"}],
                         tools=[TOOL], tool_choice="required", max_tokens=40, stop=["\n\n"])
-    assert call.params.logits_processor is not None
+    assert call.params.grammar is not None and call.params.grammar.kind == "structural_tag"
     assert call.params.max_tokens == 40 and call.params.stop == ("\n\n",)
     assert engine.tokenizer.decode(call.prompt_ids).endswith("<|im_start|>assistant\n")
     with pytest.raises(ValueError, match="does not name a bound tool"):

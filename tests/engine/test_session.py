@@ -42,8 +42,9 @@ def test_three_calls_prefill_only_what_is_new(engine, chat, tokenizer):
     assert s.stats.num_prompt_tokens == sum(map(len, prompts))
     assert s.stats.num_prefill_tokens == computed
     assert s.stats.num_prefill_tokens < s.stats.num_prompt_tokens / 2
+    assert s.stats.num_cached_tokens == s.stats.num_prompt_tokens - computed
     s.close()
-    assert s.request_id is None
+    assert s.session_id is None and s.context == []
 
 
 def test_seam_that_retokenizes_differently_is_rolled_back(engine, chat, tokenizer):
@@ -81,7 +82,7 @@ def test_agent_run_scope_frees_every_session(engine, chat, tokenizer):
         collect(a.stream(follow_up, PARAMS))
         assert scope.stats.num_calls == 3 and scope.stats.num_reused_tokens > 0
         assert engine.core.kv.num_free_blocks < free
-    assert all(s.request_id is None for s in scope.sessions)
+    assert all(s.session_id is None for s in scope.sessions)
     assert not [r for r in engine.core.requests if r.startswith("session-")]
     assert engine.core.kv.num_free_blocks == free
 
@@ -91,7 +92,7 @@ def test_prefill_only_call_keeps_its_kv_until_the_prompt_is_complete(engine, cha
     known = ids[: len(ids) - 6]  # the part a graph knows early (instruction, question)
     s = Session(engine, namespace=f"session-{next(_ns)}")
     s.prefill(known)
-    rid = s.request_id
+    rid = s.backend._sessions[s.session_id].request_id  # the engine request holding it
     assert engine.core.requests[rid].status.value == "intercepted"  # waiting, KV kept
     assert engine.core.requests[rid].num_computed_tokens == len(known)
     out_text, out_ids = collect(s.stream(ids, PARAMS))
