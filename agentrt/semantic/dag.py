@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["LATENCY_BONUS", "Node", "Perf", "SemanticError", "SessionDAG"]
 
 LATENCY_BONUS = 1000
-"""Added to a latency-sensitive request's engine ``depth``: it outranks every throughput
+"""Added to a latency-sensitive request's ``depth``: it outranks every throughput
 request of its session (graphs deeper than this are not expected)."""
 
 Objective = Literal["latency", "throughput"]
@@ -78,7 +78,7 @@ class Node:
 
     @property
     def priority(self) -> int:
-        """The engine ``depth`` of this request (topology-aware batching, deeper first)."""
+        """The request ``depth`` of this node (topology-aware batching, deeper first)."""
         return self.depth + (LATENCY_BONUS if self.objective == "latency" else 0)
 
 

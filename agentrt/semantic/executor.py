@@ -1,10 +1,23 @@
-"""DagExecutor: runs a semantic session's DAG, each request as soon as its inputs are done.
+"""DagExecutor: runs a semantic session's DAG on a backend, each request once its inputs are.
 
 A driver task dispatches each node once its inputs have values, fills the prompt prefixes
 that ready requests share (:mod:`agentrt.semantic.prefixes`), and generates each request's
-outputs on one model request (see :mod:`agentrt.semantic.functions` for the multi-output
-continuation). Requests carry ``group=<session id>`` and ``depth=<priority>`` (see
+outputs through the one call object (:class:`agentrt.backends.call.Call`) on the session's
+:class:`~agentrt.backends.base.Backend`. Requests carry ``group=<session id>`` and
+``depth=<priority>`` in their :class:`~agentrt.core.options.RequestOptions` (see
 :meth:`agentrt.semantic.dag.SessionDAG.deduce`).
+
+A multi-output template is one backend session (:class:`agentrt.session.Session`): each next
+output is the session's next call on the text so far re-encoded — the previous output's raw
+text (stop string excluded) and the literal text after it —, of which the session sends only
+what the backend does not hold (a seam that re-tokenizes differently is rolled back). So the
+model sees exactly the tokens a fresh call on the whole text would, while only the new text
+is prefilled: the local engine holds the request paused in place, an SGLang server keeps the
+context in its own session.
+
+A shared-prefix fill is a prefill-only call (one token generated) whose KV the backend's
+prefix cache then serves to the requests that share it — the local engine's radix cache, or
+the SGLang server's — so the same code runs on every backend that has a prefix cache.
 """
 
 from __future__ import annotations
@@ -14,54 +27,68 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from agentrt.backends.call import Call
+from agentrt.core.options import RequestOptions
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.semantic.dag import Node, Perf, SemanticError, SessionDAG
 from agentrt.semantic.prefixes import PrefixStore, common_prefix
-from agentrt.session import common_prefix_len
+from agentrt.session import Session
 
 if TYPE_CHECKING:
-    from agentrt.engine.engine import Engine
-    from agentrt.engine.outputs import RequestOutput
+    from agentrt.backends.base import Backend
     from agentrt.semantic.variables import SemanticVariable
 
 __all__ = ["DagExecutor", "SemanticStats"]
 
+_PREFILL_ONLY = SamplingParams(max_tokens=1)
+
 
 @dataclass
 class SemanticStats:
-    """What a session's requests cost the engine."""
+    """What a session's requests cost the backend, from the counters of its calls' deltas."""
 
+    backend: str = ""
+    """The backend that ran them (``local``, ``sglang``)."""
     num_requests: int = 0
-    """Semantic-function calls run (one engine request each, whatever its outputs)."""
+    """Semantic-function calls run (one model request or session each, whatever its
+    outputs)."""
     num_prompt_tokens: int = 0
-    """Sum of each generation's whole prompt (what a stateless backend would prefill)."""
+    """Sum of each generation's whole context (what a stateless backend without a prefix
+    cache would prefill)."""
     num_prefill_tokens: int = 0
-    """Tokens the engine computed in prefill for the session, shared-prefix fills included."""
+    """Of those, plus the shared-prefix fills' prompts: the tokens the backend computed."""
     num_cached_tokens: int = 0
-    """Prompt tokens the requests took from the engine's prefix cache."""
+    """Context tokens the backend did not compute: held by a multi-output request between
+    its outputs, or served from its prefix cache."""
     num_shared_prefix_fills: int = 0
-    """Shared prefixes filled once ahead of the requests that share them."""
+    """Shared prefixes filled once (a prefill-only call) ahead of the requests sharing them."""
+
+    def count(self, call: Call) -> None:
+        """Add one finished call's counters."""
+        self.num_prompt_tokens += call.num_prompt_tokens
+        self.num_prefill_tokens += call.num_prefilled_tokens
+        self.num_cached_tokens += call.num_cached_tokens
 
 
 
 class DagExecutor:
-    """Runs a session's DAG on ``engine`` inside its own anyio task group.
+    """Runs a session's DAG on ``backend`` inside its own anyio task group.
 
     Lives in one event loop (the caller's, or a background thread's): every DAG mutation
     and every variable update happens there. Requests are submitted with
     ``group=session_id`` and ``depth=node.priority``.
     """
 
-    def __init__(self, engine: Engine, dag: SessionDAG, session_id: str, *, namespace: str,
+    def __init__(self, backend: Backend, dag: SessionDAG, session_id: str, *, namespace: str,
                  share_prefixes: bool, min_shared_tokens: int) -> None:
-        self.engine = engine
+        self.backend = backend
         self.dag = dag
         self.session_id = session_id
         self.namespace = namespace
-        self.share_prefixes = share_prefixes and engine.config.enable_prefix_cache
+        self.share_prefixes = share_prefixes and backend.capabilities.prefix_cache
         self.min_shared_tokens = min_shared_tokens
         self.prefixes = PrefixStore()
-        self.stats = SemanticStats()
+        self.stats = SemanticStats(backend=backend.name)
         self._tg: Any = None
         self._changed: Any = None
         self._stopped: Any = None
@@ -155,7 +182,7 @@ class DagExecutor:
             values = {k: v.value if isinstance(v.value, str) else str(v.value)
                       for k, v in node.inputs.items()}
             rendered = fn.template.render(values)
-            prompt = fn.render_prompt(rendered, self.engine.tokenizer)
+            prompt = fn.render_prompt(rendered, self.backend.tokenizer)
             node.prompt_ids = self._encode(prompt)
         except Exception as exc:  # noqa: BLE001 - surfaced on get()
             self._fail(node, SemanticError(node.name, exc))
@@ -182,15 +209,14 @@ class DagExecutor:
         self._start(group)
 
     async def _fill(self, prefix_ids: list[int], depth: int) -> None:
-        """Prefill ``prefix_ids``; on finishing, its KV pages go to the radix prefix cache."""
+        """Prefill ``prefix_ids`` (a one-token call); the backend's prefix cache keeps them."""
+        call = Call(self.backend, prefix_ids, _PREFILL_ONLY, options=self._options(depth))
         try:
-            out = await self.engine.agenerate(
-                prefix_ids, SamplingParams(max_tokens=1), namespace=self.namespace,
-                group=self.session_id, depth=depth)
+            await call.agenerate()
         except Exception:  # noqa: BLE001 - an optimisation: the requests still run unshared
             return
         self.stats.num_shared_prefix_fills += 1
-        self.stats.num_prefill_tokens += out.num_prefill_tokens
+        self.stats.num_prefill_tokens += call.num_prefilled_tokens
 
     # --- execution -------------------------------------------------------------------------
     async def _execute(self, node: Node) -> None:
@@ -205,43 +231,37 @@ class DagExecutor:
         self._resolve(node, values)
 
     async def _generate(self, node: Node) -> list[str]:
-        """Generate each output in turn on one engine request, its KV kept in between."""
-        params, rid = node.call.params, f"{self.session_id}/{node.name}"
-        context, text = node.prompt_ids, node.segments[0]
-        values: list[str] = []
-        held: list[int] = []
-        is_paused = False
+        """Generate each output in turn: one call, or the calls of one backend session."""
+        params, options = node.call.params, self._options(node.priority)
+        if len(node.segments) == 1:
+            call = Call(self.backend, node.prompt_ids, params, options=options)
+            return [self._text(call, await call.agenerate(), is_last=True).strip()]
+        session = Session(self.backend, namespace=self.namespace)
+        context, text, values = node.prompt_ids, node.segments[0], []
         try:
             for k, segment in enumerate(node.segments):
-                is_last = k == len(node.segments) - 1
-                if k == 0:
-                    out = await self.engine.agenerate(
-                        context, params, request_id=rid, keep_kv=not is_last,
-                        namespace=self.namespace, group=self.session_id, depth=node.priority)
-                else:
+                if k > 0:
                     text += segment
                     context = self._encode(text)
-                    keep = min(common_prefix_len(held, context), len(context) - 1)
-                    out = await self.engine.aresume(rid, context[keep:], params,
-                                                    keep_kv=not is_last, truncate_to=keep)
-                is_paused = not is_last
-                if out.finish_reason == "abort":
-                    raise RuntimeError(f"the engine aborted request {rid!r}")
-                self._count(len(context), out, is_last)
-                held = context + out.token_ids
-                text += out.text
-                values.append(out.text.strip())
+                call = session.call(context, params, options)
+                out = self._text(call, await call.agenerate(), k == len(node.segments) - 1)
+                text += out
+                values.append(out.strip())
             return values
         finally:
-            if is_paused:  # failed or cancelled between two outputs: free the kept KV
-                self.engine.abort(rid)
+            with anyio.CancelScope(shield=True):  # also when cancelled: free the held KV
+                await session.aclose()
 
-    def _count(self, prompt_len: int, out: RequestOutput, is_last: bool) -> None:
-        self.stats.num_prompt_tokens += prompt_len
-        self.stats.num_prefill_tokens += out.num_prefill_tokens
-        if is_last:
-            self.stats.num_requests += 1
-            self.stats.num_cached_tokens += out.stats.num_cached_tokens
+    def _text(self, call: Call, out: Any, is_last: bool) -> str:
+        """The raw text of a finished call (counted); an aborted call raises."""
+        if out.finish_reason == "abort":
+            raise RuntimeError(f"the backend aborted request {call.request_id!r}")
+        self.stats.count(call)
+        self.stats.num_requests += is_last
+        return out.text
+
+    def _options(self, depth: int) -> RequestOptions:
+        return RequestOptions(namespace=self.namespace, group=self.session_id, depth=depth)
 
     def _resolve(self, node: Node, values: list[Any]) -> None:
         if node.state == "running":
@@ -264,4 +284,4 @@ class DagExecutor:
         self.notify()
 
     def _encode(self, text: str) -> list[int]:
-        return self.engine.tokenizer.encode(text, add_special_tokens=False)
+        return self.backend.tokenizer.encode(text, add_special_tokens=False)

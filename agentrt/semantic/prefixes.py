@@ -6,11 +6,14 @@ every map call repeats), the executor fills that prefix once before it dispatche
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
+
+from agentrt.session import common_prefix_len
 
 if TYPE_CHECKING:
     from agentrt.semantic.dag import Node
@@ -72,11 +75,4 @@ class PrefixStore:
 
 def common_prefix(sequences: list[list[int]]) -> list[int]:
     """The longest common prefix of token lists."""
-    first = sequences[0]
-    n = min(len(s) for s in sequences)
-    for s in sequences[1:]:
-        i = 0
-        while i < n and s[i] == first[i]:
-            i += 1
-        n = i
-    return first[:n]
+    return functools.reduce(lambda a, b: a[:common_prefix_len(a, b)], sequences)

@@ -19,11 +19,13 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
+from agentrt.backends.call import as_backend
 from agentrt.semantic.dag import Node, Perf, SessionDAG
 from agentrt.semantic.executor import DagExecutor, SemanticStats
 from agentrt.semantic.variables import SemanticVariable
 
 if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
     from agentrt.engine.engine import Engine
     from agentrt.semantic.functions import SemanticFunction
 
@@ -40,9 +42,13 @@ def current_session() -> SemanticSession | None:
 
 
 class SemanticSession:
-    """One application DAG: records semantic-function calls, then runs them on ``engine``.
+    """One application DAG: records semantic-function calls, then runs them on ``backend``.
 
-    ``with SemanticSession(engine) as s:`` runs the executor in a background event-loop
+    ``backend`` is a :class:`~agentrt.backends.base.Backend` (e.g.
+    ``agentrt.get_backend("sglang", url=...)``), or an :class:`agentrt.Engine` (run on its
+    local backend); None: the process's shared engine of the default model.
+
+    ``with SemanticSession(backend) as s:`` runs the executor in a background event-loop
     thread (``var.get()``); ``async with`` runs it in the caller's loop (``await
     var.aget()``). Execution starts at the first ``get`` / ``aget`` / ``run``, with objectives
     deduced over the DAG known then (again whenever it grows).
@@ -52,21 +58,22 @@ class SemanticSession:
     deduced latency-sensitive``, so within the session latency-sensitive requests are
     admitted before throughput ones, and the further from the sink the earlier.
 
-    With ``share_prefixes`` (and the engine's prefix cache on), when two or more ready
+    With ``share_prefixes`` (and a backend with a prefix cache), when two or more ready
     requests share at least ``min_shared_tokens`` prompt tokens, that prefix is prefilled
-    once before they are dispatched. ``namespace`` is the engine's prefix-cache namespace of
-    every request. Closing aborts unfinished requests; their ``get`` raises.
+    once before they are dispatched. ``namespace`` is the prefix-cache namespace of every
+    request. Closing aborts unfinished requests; their ``get`` raises. :attr:`stats` says
+    what the backend prefilled.
     """
 
-    def __init__(self, engine: Engine | None = None, *, share_prefixes: bool = True,
+    def __init__(self, backend: Backend | Engine | None = None, *, share_prefixes: bool = True,
                  min_shared_tokens: int = 32, namespace: str = "") -> None:
-        if engine is None:
+        if backend is None:
             from agentrt.chat.engines import get_shared_engine
-            engine = get_shared_engine()
-        self.engine = engine
+            backend = get_shared_engine()
+        self.backend = as_backend(backend)
         self.session_id = f"semantic-{next(_session_ids)}"
         self.dag = SessionDAG()
-        self.executor = DagExecutor(engine, self.dag, self.session_id, namespace=namespace,
+        self.executor = DagExecutor(self.backend, self.dag, self.session_id, namespace=namespace,
                                     share_prefixes=share_prefixes,
                                     min_shared_tokens=min_shared_tokens)
         self._names: dict[str, itertools.count] = {}
@@ -186,7 +193,7 @@ class SemanticSession:
 
     def close(self) -> None:
         """Abort unfinished requests and stop the executor; pending ``get`` calls raise.
-        Returns once nothing of the session runs in the engine."""
+        Returns once nothing of the session runs on the backend."""
         if self._mode == "async":
             raise RuntimeError("close an `async with` session with `await session.aclose()`")
         self._closed = True
@@ -252,7 +259,7 @@ _portal: Any = None
 def _background_portal() -> Any:
     """The portal of the one event loop (a daemon thread) that runs every sync session.
 
-    NOTE: the loop lives as long as the process: the engine's driver thread may still
+    NOTE: the loop lives as long as the process: the local engine's driver thread may still
     deliver an update of an aborted request to it just after a session closed.
     """
     global _portal
