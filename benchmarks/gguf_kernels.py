@@ -2,7 +2,8 @@
 
 Decode reads every weight once per step, so the floor is the weight bytes over the memory
 bandwidth (measured here with a large read). For each format, a stack of 4096 x 4096 layers
-larger than the last-level cache is called round-robin at T=1 and T=8; the script prints the
+larger than the last-level cache is called round-robin at T=1 and T=8, on both numeric paths
+(``float32``: exact weights; ``int8``: llama.cpp's integer dot products); the script prints the
 GB/s of weight bytes streamed and the fraction of the floor that is.
 
     python benchmarks/gguf_kernels.py                       # the formats users have most
@@ -18,14 +19,15 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from agentrt_kernels.cpu.gguf_linear import GGUFLinear
+from agentrt_kernels.cpu.gguf_linear import Activations, GGUFLinear
 
 HOT = ["Q4_K", "Q6_K", "Q8_0", "Q4_1", "Q5_K"]
 SCALES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
           "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # byte offsets of f16 scales
 
 
-def random_layer(name: str, size: int, rng: np.random.Generator) -> GGUFLinear:
+def random_layer(name: str, size: int, rng: np.random.Generator,
+                 activations: Activations = "float32") -> GGUFLinear:
     """A size x size layer of random valid blocks (finite scales, normal float weights)."""
     qtype = GGMLQuantizationType[name]
     if name in ("F32", "F16", "BF16"):
@@ -39,7 +41,7 @@ def random_layer(name: str, size: int, rng: np.random.Generator) -> GGUFLinear:
             scale = rng.uniform(1e-3, 2e-2, len(blocks)).astype(np.float16)
             blocks[:, at:at + 2] = scale.view(np.uint8).reshape(-1, 2)
         raw = torch.from_numpy(blocks.reshape(-1))
-    return GGUFLinear(raw, qtype, (size, size))
+    return GGUFLinear(raw, qtype, (size, size), activations=activations)
 
 
 def read_bandwidth(gigabytes: float = 1.0) -> float:
@@ -70,21 +72,25 @@ def main() -> None:
     parser.add_argument("--formats", nargs="+", default=HOT)
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--activations", nargs="+", default=["float32", "int8"])
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--min-mb", type=float, default=128, help="weights per format, MB")
     args = parser.parse_args()
     bandwidth = read_bandwidth()
     print(f"threads {torch.get_num_threads()}, read bandwidth {bandwidth:.1f} GB/s (the floor)")
-    print(f"{'format':6} {'B/w':>6} " + " ".join(f"{'T=' + str(b):>16}" for b in args.batches))
+    heads = [f"{a} T={b}" for a in args.activations for b in args.batches]
+    print(f"{'format':6} {'B/w':>6} " + " ".join(f"{h:>16}" for h in heads))
     rng = np.random.default_rng(0)
     for name in args.formats:
         first = random_layer(name, args.size, rng)
         count = max(1, int(args.min_mb * 1e6 // first.nbytes))
         layers = [first] + [random_layer(name, args.size, rng) for _ in range(count - 1)]
         cells = []
-        for rows in args.batches:
-            rate = streamed(layers, rows, args.seconds)
-            cells.append(f"{rate:6.1f} GB/s {rate / bandwidth:4.0%}")
+        for activations in args.activations:
+            path = [GGUFLinear(w.raw, w.qtype, w.shape, activations=activations) for w in layers]
+            for rows in args.batches:
+                rate = streamed(path, rows, args.seconds)
+                cells.append(f"{rate:6.1f} GB/s {rate / bandwidth:4.0%}")
         per_weight = first.nbytes / args.size**2
         print(f"{name:6} {per_weight:6.3f} " + " ".join(f"{c:>16}" for c in cells))
 

@@ -37,6 +37,8 @@ struct Acts {           // M rows of K quantized activations
     std::vector<float> d;    // (M, K / B) scales, B = 32 or 256
     std::vector<int32_t> s;  // (M, K / 32) sums of q (32-value formats)
     std::vector<int16_t> bsum;  // (M, K / 16) sums of q (k-quants)
+    std::vector<int16_t> bsum32;  // (M, K / 32) sums of q (k-quants, for the AVX-512 form)
+    std::vector<int8_t> q45;  // (M, K): q in the AVX-512 Q4_K / Q5_K order (see row_k45_512)
 };
 
 static inline int8_t clamp127(float v) {
@@ -70,6 +72,19 @@ static void quantize256(const float* x, int64_t K, int8_t* q, float* d, int16_t*
         }
         d[b] = amax != 0.f ? 1.f / inv : 0.f;
     }
+}
+
+// Each 256 block's 32-value chunks in the order 0 2 1 3 4 6 5 7: a 64-byte load of Q4_K
+// nibbles holds sub-blocks (0, 2), (1, 3), (4, 6) or (5, 7).
+static void reorder45(Acts& a, int64_t M, int64_t K) {
+    static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    a.q45.resize(M * K);
+    a.bsum32.resize(M * K / 32);
+    for (int64_t blk = 0; blk < M * K / 256; ++blk)
+        for (int c = 0; c < 8; ++c) {
+            memcpy(&a.q45[blk * 256 + 32 * c], &a.q[blk * 256 + 32 * order[c]], 32);
+            a.bsum32[blk * 8 + c] = a.bsum[blk * 16 + 2 * c] + a.bsum[blk * 16 + 2 * c + 1];
+        }
 }
 
 static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a) {
@@ -291,6 +306,166 @@ static void row_q6k(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, f
     for (int i = 0; i < ROWS; ++i) out[i * N] = hsum(acc[i]) + offset[i];
 }
 
+// ---- AVX-512 VNNI: 64 values per instruction (k-quants) ----
+//
+// dpwssd adds the int16 pair products of maddubs and a scale vector into int32 lanes in one
+// instruction. NOTE: no std:: templates in this region (an AVX-512 instantiation could be
+// shared with the AVX2 path).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")
+
+static constexpr int R512 = 8;
+
+static inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
+static inline __m512i lo4_512(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0xF)); }
+static inline __m512i hi4_512(__m512i v) { return lo4_512(_mm512_srli_epi16(v, 4)); }
+
+// int16 lane L of the result = lane idx[L] of v: idx holds `a` in lanes 0..15, `b` in 16..31
+static inline __m512i halves(int a, int b) {
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);
+}
+
+// ggml's unpacking of the twelve bytes of 6-bit scales: bytes 0..7 scales, 8..15 minimums.
+static inline void unpack_k4(const uint8_t* q, uint32_t u[4]) {
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    memcpy(u, q, 12);
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    const uint32_t mins = u[1] & k1;
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    u[2] = mins;
+    u[0] &= k1;
+}
+
+static inline float hsum128(__m128 v) {
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+// Q4_K / Q5_K: nibbles of 64 bytes = sub-blocks (0, 2) low, (1, 3) high; bytes 64..127 the
+// same for 4..7; the activations were reordered to match (reorder45).
+template <bool FIVE, int ROWS>
+static void row_k45_512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+                        int64_t N) {
+    constexpr int64_t BYTES = FIVE ? 176 : 144;
+    const int64_t blocks = K / 256;
+    const __m512i idx[4] = {halves(0, 2), halves(1, 3), halves(4, 6), halves(5, 7)};
+    __m512 acc[ROWS];
+    __m128 low[ROWS];
+    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), low[i] = _mm_setzero_ps();
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const uint8_t* b = wrow + blk * BYTES;
+        const float d = half(b), dmin = half(b + 2);
+        uint32_t u[4];
+        unpack_k4(b + 4, u);
+        const __m512i scales = _mm512_castsi128_si512(
+            _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)u)));
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)(u + 2)));
+        const uint8_t* ql = b + (FIVE ? 48 : 16);
+        const __m512i first = load64(ql), second = load64(ql + 64);
+        __m512i q[4] = {lo4_512(first), hi4_512(first), lo4_512(second), hi4_512(second)};
+        if (FIVE) {
+            const __m512i qh = _mm512_broadcast_i64x4(load32(b + 16));
+            for (int z = 0; z < 4; ++z) {
+                const int s0 = 2 * (z / 2) * 2 + z % 2;  // sub-blocks s0, s0 + 2
+                const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << s0)),
+                                                       _mm256_set1_epi8((char)(4 << s0)), 1);
+                const __mmask64 set = _mm512_test_epi8_mask(qh, bit);
+                q[z] = _mm512_mask_add_epi8(q[z], set, q[z], _mm512_set1_epi8(16));
+            }
+        }
+        __m512i sc[4];
+        for (int z = 0; z < 4; ++z) sc[z] = _mm512_permutexvar_epi16(idx[z], scales);
+        for (int i = 0; i < ROWS; ++i) {
+            const int64_t at = (m0 + i) * blocks + blk;
+            const int8_t* x = &a.q45[at * 256];
+            __m512i sum = _mm512_setzero_si512();
+            for (int z = 0; z < 4; ++z)
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[z], load64(x + 64 * z)),
+                                          sc[z]);
+            const float dx = a.d[at];
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * dx), _mm512_cvtepi32_ps(sum), acc[i]);
+            const __m128i sums = _mm_loadu_si128((const __m128i*)&a.bsum32[at * 8]);
+            low[i] = _mm_fmadd_ps(_mm_set1_ps(-dmin * dx), _mm_cvtepi32_ps(
+                _mm_madd_epi16(mins, sums)), low[i]);
+        }
+    }
+    for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum128(low[i]);
+}
+
+// Q6_K: ql[64 h ..][0..63] low nibbles = values 128 h + 0..63, high = 128 h + 64..127, each
+// 32 with its own two bits of qh[32 h ..]; a scale per 16 values.
+template <int ROWS>
+static void row_q6k_512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+                        int64_t N) {
+    const int64_t blocks = K / 256;
+    const __m512i shift_lo = halves(0, 2), shift_hi = halves(4, 6), three = _mm512_set1_epi8(3);
+    __m512i idx[4];
+    for (int z = 0; z < 4; ++z)
+        idx[z] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_set1_epi16((short)(4 * z))),
+            _mm_set1_epi16((short)(4 * z + 1)), 1)), _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_set1_epi16((short)(4 * z + 2))),
+            _mm_set1_epi16((short)(4 * z + 3)), 1), 1);
+    __m512 acc[ROWS];
+    __m256 shift[ROWS];
+    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), shift[i] = _mm256_setzero_ps();
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const uint8_t* b = wrow + blk * 210;
+        const float d = half(b + 208);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 192)));
+        const __m512i scales = _mm512_castsi256_si512(sc16);
+        __m512i q[4], sc[4];
+        for (int h = 0; h < 2; ++h) {
+            const __m512i ql = load64(b + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(load32(b + 128 + 32 * h));
+            const __m512i top_lo = _mm512_and_si512(_mm512_srlv_epi16(qh, shift_lo), three);
+            const __m512i top_hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), three);
+            q[2 * h] = _mm512_or_si512(lo4_512(ql), _mm512_slli_epi16(top_lo, 4));
+            q[2 * h + 1] = _mm512_or_si512(hi4_512(ql), _mm512_slli_epi16(top_hi, 4));
+        }
+        for (int z = 0; z < 4; ++z) sc[z] = _mm512_permutexvar_epi16(idx[z], scales);
+        for (int i = 0; i < ROWS; ++i) {
+            const int64_t at = (m0 + i) * blocks + blk;
+            const int8_t* x = &a.q[at * 256];
+            __m512i sum = _mm512_setzero_si512();
+            for (int z = 0; z < 4; ++z)
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[z], load64(x + 64 * z)),
+                                          sc[z]);
+            const float dd = d * a.d[at];
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(sum), acc[i]);
+            const __m256i sums = _mm256_loadu_si256((const __m256i*)&a.bsum[at * 16]);
+            shift[i] = _mm256_fmadd_ps(_mm256_set1_ps(-32.f * dd), _mm256_cvtepi32_ps(
+                _mm256_madd_epi16(sc16, sums)), shift[i]);
+        }
+    }
+    for (int i = 0; i < ROWS; ++i)
+        out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum(shift[i]);
+}
+
+template <int32_t TYPE, int ROWS>
+static inline void rows512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+                           int64_t N) {
+    if constexpr (TYPE == Q4_K) row_k45_512<false, ROWS>(wrow, a, m0, K, out, N);
+    else if constexpr (TYPE == Q5_K) row_k45_512<true, ROWS>(wrow, a, m0, K, out, N);
+    else row_q6k_512<ROWS>(wrow, a, m0, K, out, N);
+}
+
+template <int32_t TYPE>
+static void linear512(const uint8_t* w, int64_t row_bytes, const Acts& a, int64_t M, int64_t K,
+                      int64_t N, float* out, int32_t num_threads) {
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+        const uint8_t* wrow = w + n * row_bytes;
+        int64_t m = 0;
+        for (; m + R512 <= M; m += R512) rows512<TYPE, R512>(wrow, a, m, K, out + m * N + n, N);
+        if (m + 4 <= M) rows512<TYPE, 4>(wrow, a, m, K, out + m * N + n, N), m += 4;
+        if (m + 2 <= M) rows512<TYPE, 2>(wrow, a, m, K, out + m * N + n, N), m += 2;
+        if (m < M) rows512<TYPE, 1>(wrow, a, m, K, out + m * N + n, N);
+    }
+}
+
+#pragma GCC pop_options
+
 template <int32_t TYPE, int ROWS>
 static inline void rows(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
                         int64_t N) {
@@ -313,11 +488,20 @@ static void linear(const uint8_t* w, int64_t row_bytes, const Acts& a, int64_t M
     }
 }
 
+// 512 where the CPU has AVX-512 with VNNI (F, BW, VL, DQ, VNNI), else 256 (AVX2).
+extern "C" int32_t agentrt_gguf_int8_isa() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512vnni") ? 512 : 256;
+}
+
 // out (M, N) = quantized x (M, K) @ w.T for the (N, K) weight of ggml type `type` (row_bytes
-// bytes a row); 0, or -1 for a type without an integer kernel.
+// bytes a row); 0, or -1 for a type without an integer kernel. isa 512 runs the k-quants'
+// AVX-512 VNNI form (the 32-value formats have only the AVX2 one).
 extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int64_t row_bytes,
                                             const float* x, int64_t M, int64_t K, int64_t N,
-                                            float* out, int32_t num_threads) {
+                                            float* out, int32_t num_threads, int32_t isa) {
     const bool k_quant = type == Q4_K || type == Q5_K || type == Q6_K;
     Acts a;
     switch (type) {
@@ -326,6 +510,13 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
         default: return -1;
     }
     quantize(x, M, K, k_quant, a);
+    if (isa == 512 && k_quant) {
+        if (type != Q6_K) reorder45(a, M, K);
+        if (type == Q4_K) linear512<Q4_K>(w, row_bytes, a, M, K, N, out, num_threads);
+        else if (type == Q5_K) linear512<Q5_K>(w, row_bytes, a, M, K, N, out, num_threads);
+        else linear512<Q6_K>(w, row_bytes, a, M, K, N, out, num_threads);
+        return 0;
+    }
     switch (type) {
         case Q4_0: linear<Q4_0>(w, row_bytes, a, M, K, N, out, num_threads); break;
         case Q4_1: linear<Q4_1>(w, row_bytes, a, M, K, N, out, num_threads); break;

@@ -189,7 +189,7 @@ class GGUFLinear:
         self._kernel = _kernel()
         self._is_int8 = activations == "int8" and self.qtype in INT8_FORMATS
         self._int8 = _int8_kernel() if self._is_int8 else None
-        self._isa = self._kernel.best_isa if self._kernel else 0
+        self._isa = self._best_isa()
         self._type = int(self.qtype)
         self._pointer = self.raw.data_ptr()  # NOTE: taken once: ~120 calls a decode step
 
@@ -211,11 +211,16 @@ class GGUFLinear:
 
     @isa.setter
     def isa(self, width: int) -> None:
-        best = self._kernel.best_isa if self._kernel else 0
+        best = self._best_isa()
         runs = [w for w in (256, 512) if w <= best]
         if width not in runs:
             raise ValueError(f"isa={width}: on this machine the kernel runs at {runs or 'none'}")
         self._isa = width
+
+    def _best_isa(self) -> int:
+        if self._kernel is None:
+            return 0
+        return min(self._kernel.best_isa, self._int8.best_isa if self._int8 else 512)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """``(T, in_features)`` float32 rows -> ``(T, out_features)`` float32."""
@@ -234,7 +239,7 @@ class GGUFLinear:
         if self._int8 is not None:
             self._int8.linear(self._type, self._pointer, self.raw.shape[1], h.data_ptr(),
                               h.shape[0], self.in_features, self.out_features, out.data_ptr(),
-                              torch.get_num_threads())
+                              torch.get_num_threads(), self._isa)
         else:
             self._kernel.linear(self._type, self._pointer, h.data_ptr(), h.shape[0],
                                 self.in_features, self.out_features, out.data_ptr(),
@@ -293,6 +298,7 @@ def _open() -> _Kernels | None:
 class _Int8Kernels(NamedTuple):
     linear: Any
     activations: Any
+    best_isa: int  # 512 with AVX-512 VNNI, else 256
 
 
 def _int8_kernel() -> _Int8Kernels | None:
@@ -308,8 +314,10 @@ def _open_int8() -> _Int8Kernels | None:
     except KernelUnavailable:
         return None
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
-    lib.agentrt_gguf_int8_linear.argtypes = [i32, p, i64, p, i64, i64, i64, p, i32]
+    lib.agentrt_gguf_int8_linear.argtypes = [i32, p, i64, p, i64, i64, i64, p, i32, i32]
     lib.agentrt_gguf_int8_linear.restype = i32
     lib.agentrt_gguf_int8_activations.argtypes = [i32, p, i64, i64, p]
     lib.agentrt_gguf_int8_activations.restype = None
-    return _Int8Kernels(lib.agentrt_gguf_int8_linear, lib.agentrt_gguf_int8_activations)
+    lib.agentrt_gguf_int8_isa.restype = i32
+    return _Int8Kernels(lib.agentrt_gguf_int8_linear, lib.agentrt_gguf_int8_activations,
+                        lib.agentrt_gguf_int8_isa())
