@@ -26,7 +26,6 @@ from typing import Any
 from agentrt.agent.forkserver import ProcessWorker, TemplateProcess, ThreadWorker
 from agentrt.agent.parsers.base import Piece
 from agentrt.agent.plugin import Observation, PieceTiming, Tool
-from agentrt.agent.registry import Registry
 from agentrt.agent.sandbox import SandboxReport
 from agentrt.agent.wire import WireError, WireTimeout
 from agentrt.agent.worker import (
@@ -40,6 +39,7 @@ from agentrt.agent.worker import (
     OpenMsg,
     StartMsg,
 )
+from agentrt.core.registry import Registry
 
 __all__ = ["TOOLS", "ToolCall", "ToolRuntime", "create_tool"]
 
@@ -50,7 +50,7 @@ SEND_TIMEOUT_S = 30.0
 #: replies already buffered that are still read once a call's deadline has passed
 _LATE_FRAMES = 64
 
-TOOLS: Registry[Tool] = Registry(
+TOOLS: Registry[type[Tool]] = Registry(
     "tool",
     {
         "python_repl": "agentrt_tools.python_repl:PythonReplTool",

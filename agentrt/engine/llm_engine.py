@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from agentrt.attention import get_backend
+from agentrt.attention import get_attention_backend
 from agentrt.config import EngineConfig
 from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 from agentrt.core.kv_tensors import KVCacheTensors
@@ -128,7 +128,7 @@ class LLMEngine:
                 host = KVCacheTensors.allocate_host(mc.num_layers, host_blocks, *shape[2:],
                                                     self.dtype, pin_memory=True)
         self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache)
-        backend = get_backend(c.resolved_attention_backend)
+        backend = get_attention_backend(c.resolved_attention_backend)
         self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)

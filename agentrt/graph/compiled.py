@@ -7,25 +7,25 @@ lowering`) and imported only when such an object is compiled.
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 
+from agentrt.core.registry import Registry
 from agentrt.graph.ir import Graph
 from agentrt.graph.passes import optimize
 from agentrt.graph.runtime import GraphRuntime
 
 __all__ = ["LOWERINGS", "CompiledGraph", "compile", "lower", "register_lowering"]
 
-LOWERINGS: dict[str, str | Callable[[Any], Graph]] = {
+LOWERINGS: Registry[Callable[[Any], Graph]] = Registry("lowering", {
     "langchain_core": "langchain_agentrt.lowering:lower_runnable",
     "langchain": "langchain_agentrt.lowering:lower_runnable",
     "langchain_agentrt": "langchain_agentrt.lowering:lower_runnable",
     "llama_index": "llama_index.llms.agentrt.lowering:lower_query_engine",
-}
+})
 """Top-level package of a class in the object's MRO → its lowering (or "module:function")."""
 
 _batches = itertools.count()
@@ -33,15 +33,15 @@ _batches = itertools.count()
 
 def register_lowering(package: str, lowering: str | Callable[[Any], Graph]) -> None:
     """Lower objects whose classes come from ``package`` with ``lowering``."""
-    LOWERINGS[package] = lowering
+    LOWERINGS.register(package, lowering)
 
 
 def lower(obj: Any) -> Graph:
     """The (unoptimised) primitive graph of a framework object."""
     for cls in type(obj).__mro__:
-        target = LOWERINGS.get(cls.__module__.split(".")[0])
-        if target is not None:
-            return _resolve(target)(obj)
+        package = cls.__module__.split(".")[0]
+        if package in LOWERINGS:
+            return LOWERINGS.get(package)(obj)
     raise TypeError(f"don't know how to lower a {type(obj).__name__}; register a lowering "
                     f"for its package with agentrt.graph.register_lowering")
 
@@ -87,9 +87,3 @@ class CompiledGraph:
     def __repr__(self) -> str:
         return f"CompiledGraph({self.graph.name!r}, {len(self.graph)} nodes)"
 
-
-def _resolve(target: str | Callable[[Any], Graph]) -> Callable[[Any], Graph]:
-    if callable(target):
-        return target
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)

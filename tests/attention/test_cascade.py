@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentrt import Engine, SamplingParams
-from agentrt.attention import KVCacheTensors, get_backend
+from agentrt.attention import KVCacheTensors, get_attention_backend
 from agentrt.attention.cascade import merge_state
 from agentrt.attention.torch_cascade import TorchCascadeBackend, attention_with_lse
 from agentrt.attention.torch_ref import TorchRefBackend
@@ -41,7 +41,7 @@ def test_torch_cascade_equals_full_attention(make_batch, make_cache, make_qkv, g
 def test_without_shared_pages_it_is_the_torch_backend(make_batch):
     meta = make_batch(random.Random(1), [(1, None), (4, None), (1, None)], PAGE, PAGES)
     kv = KVCacheTensors.allocate(1, PAGES, PAGE, KVH, D, torch.float32)
-    backend = get_backend("torch_cascade")(kv, H, D)
+    backend = get_attention_backend("torch_cascade")(kv, H, D)
     backend.plan(meta)
     assert backend.num_cascade_steps == 0
 

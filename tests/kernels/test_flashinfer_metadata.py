@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from agentrt import SamplingParams
-from agentrt.attention import AttentionMetadata, KVCacheTensors, get_backend
+from agentrt.attention import AttentionMetadata, KVCacheTensors, get_attention_backend
 from agentrt.attention.cascade import split_cascade
 from agentrt.attention.torch_ref import TorchRefBackend, ref_paged_attention
 from agentrt_kernels.cascade import cascade_plan_args, ref_cascade_attention
@@ -181,7 +181,7 @@ def test_flashinfer_impl_without_flashinfer_says_how_to_install(make_cache):
 
 def test_auto_impl_on_a_cpu_cache_falls_back_to_the_reference(make_cache):
     with pytest.warns(RuntimeWarning, match="the KV cache is on cpu.*torch reference kernels"):
-        backend = get_backend("flashinfer")(make_cache(PAGES, 4, KVH, D), H, D)
+        backend = get_attention_backend("flashinfer")(make_cache(PAGES, 4, KVH, D), H, D)
     assert type(backend.kernels).__name__ == "_ReferenceKernels"
 
 
@@ -219,7 +219,7 @@ eng = agentrt.Engine(dtype="float32", num_blocks=64, profile_on_start=False)
 eng.generate("Hi", agentrt.SamplingParams(max_tokens=2))
 eng.close()
 print([m for m in GPU if sys.modules.get(m) is not None])
-agentrt.attention.get_backend("flashinfer")  # resolving the class imports no GPU library
+agentrt.attention.get_attention_backend("flashinfer")  # resolving the class imports no GPU library
 print([m for m in GPU if sys.modules.get(m) is not None])
 """
 

@@ -20,7 +20,7 @@ from agentrt.agent.parsers.base import (
     Piece,
     ToolName,
 )
-from agentrt.agent.registry import Registry
+from agentrt.core.registry import Registry
 
 __all__ = [
     "PARSERS",
@@ -35,7 +35,7 @@ __all__ = [
     "create_parser",
 ]
 
-PARSERS: Registry[BaseStreamParser] = Registry(
+PARSERS: Registry[type[BaseStreamParser]] = Registry(
     "parser",
     {
         "fenced_code": "agentrt.agent.parsers.fenced_code:FencedCodeParser",
