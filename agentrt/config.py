@@ -76,7 +76,7 @@ class EngineConfig:
     """What happens to a paused request's KV: a name in :data:`agentrt.intercept.HANDLINGS`
     (preserve, discard, swap, least-waste)."""
     scheduling_policy: str = "fcfs"
-    """Order of admission: a name in :data:`agentrt.intercept.POLICIES` (fcfs, arrival, lamps)."""
+    """Order of admission: a name in :data:`agentrt.scheduler.POLICIES` (fcfs, arrival, lamps)."""
     starvation_threshold: int = 100
     """lamps: steps a request may be passed over before it takes priority until it completes."""
     score_refresh_interval: int = 1
@@ -199,7 +199,8 @@ class EngineConfig:
                              "'none' keeps the weights in dtype), or use device='cpu'")
 
     def _check_policies(self) -> None:
-        from agentrt.intercept import HANDLINGS, POLICIES
+        from agentrt.intercept import HANDLINGS
+        from agentrt.scheduler.policies import POLICIES
 
         if self.interception_handling not in HANDLINGS:
             raise ValueError(f"unknown interception_handling {self.interception_handling!r}; "

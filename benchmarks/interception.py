@@ -6,7 +6,7 @@ One run serves the same Poisson stream of agent requests with six policies — a
 ratios to the vLLM-like baseline. ``benchmarks/sim_interception.py`` is the same experiment in
 the simulator at A100 scale; this is its measured twin.
 
-Workload: InferCept's Table 1 mixture, sampled by :func:`agentrt.intercept.workload.table1_requests`
+Workload: InferCept's Table 1 mixture, sampled by :func:`agentrt.sim.workload.table1_requests`
 (kinds math, qa, ve, chatbot, image, tts uniformly; per request the number of interceptions,
 their durations and the context length from the table; the token layout is described there).
 Two scale factors make a run take minutes on a CPU, and both are printed:
@@ -71,10 +71,10 @@ from dataclasses import dataclass, replace
 from agentrt import Engine, EngineConfig, Pause, SamplingParams
 from agentrt.engine.llm_engine import EngineStats
 from agentrt.intercept.cost import CostModel
-from agentrt.intercept.workload import RequestSpec, Segment, table1_requests
 from agentrt.models import load_tokenizer
 from agentrt.models.config import ModelConfig
 from agentrt.models.files import resolve_model
+from agentrt.sim.workload import RequestSpec, Segment, table1_requests
 
 BLOCK_SIZE = 16
 TRACE_NOTE = ("trace replay: the real forward pass runs every step; only the sampled token is "
@@ -395,7 +395,7 @@ def print_header(args: argparse.Namespace, specs: Sequence[RequestSpec], m_bytes
     kinds = Counter(s.segments[0].kind for s in specs)
     n_int = sum(len(s.segments) - 1 for s in specs)
     tool_s = sum(seg.duration for s in specs for seg in s.segments)
-    print(f"workload: InferCept Table 1 mixture (agentrt.intercept.workload), {len(specs)} "
+    print(f"workload: InferCept Table 1 mixture (agentrt.sim.workload), {len(specs)} "
           f"requests, Poisson {args.rate:g} req/s, seed {args.seed}: "
           + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     print(f"  interception durations × {args.duration_scale:g} (--duration-scale); prompt, "

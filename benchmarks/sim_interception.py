@@ -1,7 +1,7 @@
 """Interception policies in the simulator at GPU scale: SIMULATION, not a measurement.
 
 The same six policies as the real-engine benchmark (``benchmarks/interception.py``) run in
-:mod:`agentrt.intercept.simulator`, which drives agentrt's production policy code (scheduling
+:mod:`agentrt.sim.simulator`, which drives agentrt's production policy code (scheduling
 order, preserve/discard/swap handling, swap budget, duration estimator) over a bookkeeping
 model of the KV pools. Nothing runs on a GPU; every time below is the cost model's.
 
@@ -18,7 +18,7 @@ Machine: GPT-J-6B in fp16 on one A100-40GB, InferCept's published profile:
 
 Workload: InferCept's Table 1 mixture (math, QA, VE, chatbot, image, TTS, uniformly), Poisson
 arrivals for ``--duration`` seconds, interception durations × ``--duration-scale``; the token
-layout is described in :mod:`agentrt.intercept.workload`. Every run lasts until its last
+layout is described in :mod:`agentrt.sim.workload`. Every run lasts until its last
 request completes (at most 3 × ``--duration``).
 
 Why the default rates are below the paper's 1–4 req/s: with this T_fwd fit one iteration
@@ -27,7 +27,7 @@ computes at most ~2,500 tokens/s (384 tokens in 152 ms), and a Table 1 request n
 saturate below ~1.7 req/s, and the vLLM-like baseline, which recomputes the context at every
 interception (VE requests stop 28 times), saturates far below that.
 
-Metrics (:mod:`agentrt.intercept.sim_stats`): throughput = completed requests / simulated
+Metrics (:mod:`agentrt.sim.sim_stats`): throughput = completed requests / simulated
 seconds; normalised latency = median of (E2E − intercepted time) / output tokens; mean TTFT;
 recompute share of forward time; waste in GB·s. Ratios are to the vLLM-like baseline
 (discard + fcfs). P/D/S: where each interception's KV was when its tool returned
@@ -49,8 +49,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentrt.intercept.cost import CostModel
-from agentrt.intercept.simulator import SimConfig, SimResult, simulate
-from agentrt.intercept.workload import table1_requests
+from agentrt.sim.simulator import SimConfig, SimResult, simulate
+from agentrt.sim.workload import table1_requests
 
 GIB = 2**30
 KV_BYTES_PER_TOKEN = 2 * 28 * 4096 * 2
@@ -172,7 +172,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.monotonic()
-    print("SIMULATION (not measured): agentrt.intercept.simulator with agentrt's policy code")
+    print("SIMULATION (not measured): agentrt.sim.simulator with agentrt's policy code")
     print(f"GPT-J-6B fp16 on A100-40GB (InferCept profile): T_fwd = 1.3e-5·x² + 0.328·x + "
           f"24.1 ms, swap 40 µs/token, S = 384, M = {KV_BYTES_PER_TOKEN:,} B/token, "
           f"KV {KV_CAPACITY_TOKENS:,} tokens, host {args.host_gib:g} GiB")

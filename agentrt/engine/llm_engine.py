@@ -34,11 +34,12 @@ from agentrt.engine.cuda_graph import DecodeGraphs
 from agentrt.engine.grammar import with_grammar_processor
 from agentrt.engine.model_runner import ModelRunner
 from agentrt.engine.sampler import Sampled, sample
-from agentrt.intercept import CostModel, ForwardTimeFit, Strategy, get_policy
+from agentrt.intercept import CostModel, ForwardTimeFit, Strategy
 from agentrt.kvcache.manager import KVCacheManager
 from agentrt.models import load_model
 from agentrt.scheduler.interceptions import InterceptionManager, InterceptionStats
 from agentrt.scheduler.jobs import SegmentPredictor
+from agentrt.scheduler.policies import get_policy
 from agentrt.scheduler.scheduler import Scheduler
 
 __all__ = ["EngineStats", "LLMEngine", "StepUpdate"]

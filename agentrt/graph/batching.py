@@ -1,6 +1,6 @@
 """Batch formation for one engine: blind FIFO vs Teola's topology-aware batching.
 
-The engine's scheduler applies the same order (:func:`agentrt.intercept.policies.
+The engine's scheduler applies the same order (:func:`agentrt.scheduler.policies.
 topology_order`) to its waiting queue every step; :func:`form_batch` is the stand-alone
 form used to reason about a single scheduling period (Teola's Fig. 7).
 """
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentrt.graph.ir import Graph, Node
-from agentrt.intercept.policies import topology_order
+from agentrt.scheduler.policies import topology_order
 
 __all__ = ["Pending", "form_batch", "pending_from"]
 

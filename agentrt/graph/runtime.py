@@ -2,9 +2,11 @@
 
 Every node is a task that waits for its parents, then awaits its op with their values, so
 independent branches overlap (retrieval while the instruction is prefilled, embedding while
-the query is expanded). LLM primitives reach the engine tagged with the query (``group``)
-and their depth to the sink, and the engine's scheduler batches primitives of many graphs
-and queries topology-aware (Teola Alg. 2; :func:`agentrt.intercept.policies.topology_order`).
+the query is expanded). LLM primitives reach their backend through the one call object
+(:class:`agentrt.backends.call.Call`), whose ``RequestOptions`` carry the query (``group``)
+and the node's depth to the sink (:data:`agentrt.backends.call.request_tags`, set here per
+node); the local engine's scheduler batches primitives of many graphs and queries
+topology-aware (Teola Alg. 2; :func:`agentrt.scheduler.policies.topology_order`).
 
 Values between nodes live in a per-run object store. Two markers travel like values:
 ``SKIPPED`` (a branch not taken) and :class:`Failed` (an error); a node that reads one
@@ -22,8 +24,8 @@ from typing import Any
 
 import anyio
 
+from agentrt.backends.call import request_tags
 from agentrt.graph.ir import Graph, Node
-from agentrt.session import request_tags
 
 __all__ = ["SKIPPED", "Failed", "GraphRuntime", "NodeContext", "current_node", "gather"]
 

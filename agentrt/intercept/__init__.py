@@ -2,8 +2,9 @@
 
 Pure policy code — numbers in, decisions out, no tensors — shared by the engine
 (:mod:`agentrt.scheduler.interceptions`) and the discrete-event simulator
-(:mod:`agentrt.intercept.simulator`). Based on InferCept (waste equations, budgeted swap,
-chunked recompute) and LAMPS (memory-over-time scheduling).
+(:mod:`agentrt.sim`). Based on InferCept (waste equations, budgeted swap, chunked
+recompute); the scheduling policies that order admission (LAMPS's memory-over-time among
+them) are :mod:`agentrt.scheduler.policies`.
 """
 
 from agentrt.intercept.cost import CostModel, ForwardTimeFit
@@ -15,13 +16,11 @@ from agentrt.intercept.handling import (
     StepContext,
     get_handling,
 )
-from agentrt.intercept.policies import POLICIES, Job, SchedulingPolicy, get_policy, lamps_score
 from agentrt.intercept.swap_budget import SwapBudget
 from agentrt.intercept.waste import Strategy, WasteEstimate, crossover_duration, estimate
 
 __all__ = [
-    "HANDLINGS", "POLICIES", "CostModel", "Decision", "DurationEstimator", "ForwardTimeFit",
-    "HandlingPolicy", "Job", "SchedulingPolicy", "StepContext", "Strategy", "SwapBudget",
-    "WasteEstimate", "crossover_duration", "estimate", "get_handling", "get_policy",
-    "lamps_score",
+    "HANDLINGS", "CostModel", "Decision", "DurationEstimator", "ForwardTimeFit",
+    "HandlingPolicy", "StepContext", "Strategy", "SwapBudget", "WasteEstimate",
+    "crossover_duration", "estimate", "get_handling",
 ]

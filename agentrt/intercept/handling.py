@@ -12,7 +12,7 @@
                     memory is only waste when someone could use it: with nobody waiting and
                     the pool not nearly full, everything stays preserved.
 
-Like :mod:`agentrt.intercept.policies`, this sees plain numbers only (the :class:`Paused`
+Like :mod:`agentrt.scheduler.policies`, this sees plain numbers only (the :class:`Paused`
 protocol), so the engine and the simulator share it.
 """
 
@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from agentrt.core.registry import Registry
 from agentrt.intercept.cost import CostModel
 from agentrt.intercept.estimator import DurationEstimator
 from agentrt.intercept.swap_budget import SwapBudget
@@ -134,16 +135,12 @@ class LeastWasteHandling(HandlingPolicy):
         return decisions
 
 
-HANDLINGS: dict[str, Callable[[], HandlingPolicy]] = {
+HANDLINGS: Registry[Callable[[], HandlingPolicy]] = Registry("interception handling", {
     "preserve": PreserveHandling, "discard": DiscardHandling, "swap": SwapHandling,
     "least-waste": LeastWasteHandling,
-}
+})
 
 
 def get_handling(name: str) -> HandlingPolicy:
     """An interception handling policy by name."""
-    try:
-        return HANDLINGS[name]()
-    except KeyError:
-        raise ValueError(f"unknown interception handling {name!r}; "
-                         f"choose from {sorted(HANDLINGS)}") from None
+    return HANDLINGS.create(name)

@@ -1,6 +1,6 @@
 """JobView: a waiting request as a scheduling policy sees it, with its predictions.
 
-Policies (:mod:`agentrt.intercept.policies`) order plain numbers. The predictions LAMPS needs
+Policies (:mod:`agentrt.scheduler.policies`) order plain numbers. The predictions LAMPS needs
 come from history on this engine: the mean segment length (tokens generated between
 interceptions) and, per tool kind, the mean interception duration. A request that asked to
 keep its KV (``keep_kv``) is expected to be intercepted at the end of its segment.

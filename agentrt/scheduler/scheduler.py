@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable
 
 from agentrt.core.request import Request, RequestStatus
-from agentrt.intercept import SchedulingPolicy
-from agentrt.intercept.policies import topology_order
 from agentrt.kvcache.manager import KVCacheManager
 from agentrt.scheduler.jobs import JobView, SegmentPredictor
 from agentrt.scheduler.output import ScheduledChunk, SchedulerOutput
+from agentrt.scheduler.policies import SchedulingPolicy, topology_order
 
 __all__ = ["Scheduler"]
 

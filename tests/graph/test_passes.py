@@ -10,8 +10,8 @@ import pytest
 from agentrt.graph import SKIPPED, Failed, Graph, GraphRuntime, ItemStream, Kind, optimize
 from agentrt.graph.batching import form_batch, pending_from
 from agentrt.graph.passes import _cache
-from agentrt.intercept.policies import topology_order
 from agentrt.scheduler.jobs import JobView
+from agentrt.scheduler.policies import topology_order
 
 
 def op(fn):

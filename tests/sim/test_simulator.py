@@ -1,6 +1,7 @@
 """The interception simulator: LAMPS's toy example (golden) and bookkeeping on Table 1.
 
-Everything here drives the production policy code (agentrt.intercept); nothing needs torch.
+Everything here drives the production policy code (agentrt.scheduler.policies,
+agentrt.intercept); nothing needs torch.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentrt.intercept import CostModel, Strategy, get_policy, lamps_score
-from agentrt.intercept.lamps_toy import TOY_COST, run_toy
-from agentrt.intercept.simulator import SimConfig, Simulator
-from agentrt.intercept.workload import TABLE1, table1_requests
+from agentrt.intercept import CostModel, Strategy
+from agentrt.scheduler.policies import get_policy, lamps_score
+from agentrt.sim.lamps_toy import TOY_COST, run_toy
+from agentrt.sim.simulator import SimConfig, Simulator
+from agentrt.sim.workload import TABLE1, table1_requests
 
 # --- LAMPS's toy example ------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentrt.intercept.cost import CostModel
-from agentrt.intercept.workload import SimRequest
+from agentrt.sim.workload import SimRequest
 
 __all__ = ["SimResult", "SimStats"]
 

@@ -12,7 +12,7 @@ The semantics are pinned so the example's completion times come out exactly:
   — fully preemptive, ties to the lower id — and the first whose current segment's peak
   (``a`` before the API, ``a + b`` after) fits beside the memory all others hold runs.
 
-The policy sees each segment as a :class:`~agentrt.intercept.policies.Job`: before the API
+The policy sees each segment as a :class:`~agentrt.scheduler.policies.Job`: before the API
 ``c0 = 0``, output ``a``, then ``b`` after an interception of ``d``; after it the context is
 ``a`` and the output ``b`` — except Discard, whose context is gone: ``c0 = 0`` and it "outputs"
 ``a + b`` (recompute grows its memory from nothing exactly like decoding). The cost model makes
@@ -25,8 +25,8 @@ import statistics
 from dataclasses import dataclass
 
 from agentrt.intercept.cost import CostModel
-from agentrt.intercept.policies import get_policy
 from agentrt.intercept.waste import Strategy
+from agentrt.scheduler.policies import get_policy
 
 __all__ = ["LAMPS_TOY", "TOY_COST", "ToyRequest", "ToyResult", "run_toy"]
 

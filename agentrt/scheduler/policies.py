@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
+from agentrt.core.registry import Registry
 from agentrt.intercept.cost import CostModel
 from agentrt.intercept.waste import Strategy, chunked_discard_waste, preserve_waste, swap_waste
 
@@ -177,20 +178,17 @@ class LampsPolicy(SchedulingPolicy):
         return job_id in self._starving
 
 
-POLICIES: dict[str, Callable[..., SchedulingPolicy]] = {
+POLICIES: Registry[Callable[..., SchedulingPolicy]] = Registry("scheduling policy", {
     "fcfs": lambda cost=None, **kw: FCFSPolicy(),
     "arrival": lambda cost=None, **kw: ArrivalPolicy(),
     "lamps": lambda cost, **kw: LampsPolicy(cost, **kw),
-}
+})
+"""Policy name → factory ``(cost, **options)``."""
 
 
 def get_policy(name: str, cost: CostModel | None = None, **options) -> SchedulingPolicy:
     """A scheduling policy by name (``fcfs``, ``arrival``, ``lamps``)."""
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown scheduling policy {name!r}; "
-                         f"choose from {sorted(POLICIES)}") from None
+    factory = POLICIES.get(name)
     if name == "lamps" and cost is None:
         raise ValueError("the lamps policy needs a CostModel")
     return factory(cost, **options)

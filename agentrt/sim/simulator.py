@@ -38,11 +38,11 @@ from typing import Literal
 from agentrt.intercept.cost import CostModel
 from agentrt.intercept.estimator import DurationEstimator
 from agentrt.intercept.handling import StepContext, get_handling
-from agentrt.intercept.policies import get_policy
-from agentrt.intercept.sim_stats import SimResult, SimStats
 from agentrt.intercept.swap_budget import SwapBudget
 from agentrt.intercept.waste import Strategy
-from agentrt.intercept.workload import RequestSpec, SimRequest
+from agentrt.scheduler.policies import get_policy
+from agentrt.sim.sim_stats import SimResult, SimStats
+from agentrt.sim.workload import RequestSpec, SimRequest
 
 __all__ = ["SimConfig", "SimResult", "Simulator", "simulate"]
 
