@@ -14,9 +14,10 @@ from typing import Literal
 __all__ = ["EngineConfig"]
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+Quantization = Literal["auto", "gguf", "none", "int8", "int4"]
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 """What ``device`` may be (``re.fullmatch``)."""
-CPU_ONLY_QUANTIZATIONS = frozenset({"int8", "int4"})
+CPU_ONLY_QUANTIZATIONS = frozenset({"gguf", "int8", "int4"})
 """Weight formats run by agentrt's CPU kernels only (``agentrt_kernels.cpu``)."""
 
 
@@ -34,11 +35,20 @@ class EngineConfig:
     dtype: DType = "auto"
     """Weight and KV dtype; "auto" = float32 on CPU (see README: measured choice), bfloat16 on
     a GPU that supports it, float16 on one that does not."""
-    quantization: str = "none"
-    """Weight format of the linear layers: a name in :data:`agentrt.models.linear.LINEARS`
-    ("none" = ``dtype``; "int8" / "int4" = GGUF Q8_0 / Q4_1 groups and agentrt's AVX2 decode
-    kernels, float32 compute, CPU only: with ``device="cuda"`` they are refused with an error,
-    not dequantized; ``device="auto"`` then stays on the CPU)."""
+    quantization: Quantization = "auto"
+    """Weight format: "auto" = the model file's own ("gguf" for a GGUF file on the CPU in
+    float32, the embedded default's Q4_1 layers included; "none" for a Hugging Face folder, or
+    on a GPU). "gguf" = each weight in the GGUF file's own blocks (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0,
+    Q4_K/Q5_K/Q6_K, F16/BF16/F32) on agentrt's CPU kernels, memory about the file's size.
+    Otherwise a name in :data:`agentrt.models.linear.LINEARS`: "none" = float weights in
+    ``dtype`` (a GGUF file is dequantized to float32 once into the cache). A float folder stays
+    float32 on CPU: on this project's AVX-512-BF16 CPU (torch 2.13, one thread, the 135M
+    model's layer shapes) bfloat16 linears took 0.7-1.3x float32's time for one row, the
+    batch-1 decode an agent run mostly is, and 0.35-0.7x for 8 rows: not faster where it
+    matters most, and float32 keeps transformers' greedy outputs. "int8" / "int4" = float
+    weights re-quantized to GGUF Q8_0 / Q4_1 groups. "gguf", "int8", "int4" compute in
+    float32 on the CPU only: with ``device="cuda"`` they are refused with an error, not
+    dequantized; ``device="auto"`` then stays on the CPU."""
     block_size: int = 16
     """Tokens per KV block (page)."""
     num_blocks: int | None = None
@@ -120,9 +130,25 @@ class EngineConfig:
             return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
 
     @property
+    def resolved_quantization(self) -> str:
+        """``quantization`` resolved: "auto" becomes "gguf" when the model is a GGUF file and
+        the engine computes in float32 on the CPU, "none" otherwise (locates the model)."""
+        if self.quantization != "auto":
+            return self.quantization
+        if self.resolved_device != "cpu" or self.resolved_dtype != "float32":
+            return "none"
+        from agentrt.models.linear import resolve_quantization
+        from agentrt.models.sources import locate
+
+        path, _ = locate(self.model)
+        return resolve_quantization("auto", path.is_file())
+
+    @property
     def uses_fused_ops(self) -> bool:
         """``fused_ops`` resolved: as given, or on for quantized weights."""
-        return self.fused_ops if self.fused_ops is not None else self.quantization != "none"
+        if self.fused_ops is not None:
+            return self.fused_ops
+        return self.resolved_quantization != "none"
 
     @property
     def resolved_attention_backend(self) -> str:
@@ -177,16 +203,18 @@ class EngineConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}")
         self._check_device()
         self._check_policies()
+        self._check_names()
+
+    def _check_names(self) -> None:
+        """Names that registries define, checked against them here (imported only now, so this
+        module imports nothing of agentrt at load time)."""
         from agentrt.attention import BACKENDS
-        from agentrt.models.linear import LINEARS
+        from agentrt.models.linear import check_quantization
 
         if self.attention_backend != "auto" and self.attention_backend not in BACKENDS:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; "
                              f"choose from {['auto', *sorted(BACKENDS)]}")
-
-        if self.quantization not in LINEARS:
-            raise ValueError(f"unknown quantization {self.quantization!r}; "
-                             f"choose from {sorted(LINEARS)}")
+        check_quantization(self.quantization)
 
     def _check_device(self) -> None:
         if not isinstance(self.device, str) or not DEVICE_PATTERN.fullmatch(self.device):

@@ -1,6 +1,7 @@
 """What quantized weights cost in quality: perplexity and greedy agreement vs float32.
 
-For each ``--quantization`` the engine is built with those linear layers and measured on:
+For each ``--quantization`` the engine is built with those weights ("auto", the default, runs
+the embedded GGUF's own Q4_1 blocks; "none" its float32 conversion) and measured on:
 
 - **perplexity** of a fixed text (standard-library module docstrings, ``--tokens`` tokens)
   under teacher forcing: one forward pass of agentrt's own model over the whole text (torch
@@ -8,7 +9,7 @@ For each ``--quantization`` the engine is built with those linear layers and mea
 - **greedy agreement** with the float32 engine on chat prompts: how many of the generated
   tokens match before the first difference, and how many outputs are identical.
 
-    python benchmarks/quant_quality.py                      # none, int8, int4
+    python benchmarks/quant_quality.py                      # none, auto, int8, int4
     python benchmarks/quant_quality.py --tokens 1024 --max-tokens 64
 """
 
@@ -88,14 +89,17 @@ def agreement(ref: list[list[int]], got: list[list[int]]) -> tuple[int, int, int
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quantization", default="none,int8,int4",
+    p.add_argument("--quantization", default="none,auto,int8,int4",
                    help="comma-separated EngineConfig.quantization values ('none' first)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens of text for perplexity")
     p.add_argument("--max-tokens", type=int, default=48, help="greedy tokens per prompt")
     args = p.parse_args()
     rows, ref = [], None
     for q in args.quantization.split(","):
-        core = LLMEngine(EngineConfig(quantization=q, profile_on_start=False))
+        config = EngineConfig(quantization=q, profile_on_start=False)
+        core = LLMEngine(config)
+        if config.resolved_quantization != q:
+            q = f"{q} ({config.resolved_quantization})"
         ppl = perplexity(core, text_ids(core.tokenizer, args.tokens))
         out = greedy(core, args.max_tokens)
         ref = ref or out

@@ -1,8 +1,9 @@
 """Models: locate weights on disk, read the config, build agentrt's own forward pass.
 
-``load_model`` is the front door: it resolves a model name or folder (converting the embedded
-GGUF default once into the cache), checks the architecture against the registry and returns
-the tokenizer and a :class:`LlamaModel` holding the weights in the requested dtype.
+``load_model`` is the front door: it locates a model name, file or folder, checks the
+architecture against the registry and returns the tokenizer and a :class:`LlamaModel` holding
+the weights: a GGUF file's own block formats by default (``quantization="auto"``), or float
+weights in the requested dtype (a GGUF file dequantized once into the cache).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from pathlib import Path
 import torch
 
 from agentrt.models.config import SUPPORTED_ARCHITECTURES, ModelConfig, UnsupportedModelError
-from agentrt.models.files import DEFAULT_MODEL, ModelNotFoundError, resolve_model
+from agentrt.models.files import DEFAULT_MODEL, ModelNotFoundError, gguf_folder, resolve_model
+from agentrt.models.linear import resolve_quantization
 from agentrt.models.llama import LlamaModel
 from agentrt.models.sources import LocalModel, list_local_models, locate
+from agentrt.models.weights import FloatWeights, Weights
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -39,9 +42,12 @@ class LoadedModel:
     """What :func:`load_model` returns."""
 
     path: Path
+    """The Hugging Face folder of config and tokenizer (a GGUF file's lives in the cache)."""
     config: ModelConfig
     model: LlamaModel
     tokenizer: object  # a transformers PreTrainedTokenizerBase
+    quantization: str = "none"
+    """The weight format the model runs in: "gguf" (the file's own) or a name in LINEARS."""
 
 
 def load_tokenizer(folder: Path):
@@ -52,16 +58,34 @@ def load_tokenizer(folder: Path):
 
 
 def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float32,
-               quantization: str = "none", fused_ops: bool = False,
+               quantization: str = "auto", fused_ops: bool = False,
                device: str | torch.device = "cpu") -> LoadedModel:
-    """Resolve ``model`` (see :func:`resolve_model`), read its weights and tokenizer;
-    ``quantization`` names the linear layers' weight format (``LINEARS``); ``fused_ops`` runs
-    RMSNorm and RoPE as agentrt's C++ ops; the weights are moved to ``device`` as they load."""
-    folder = resolve_model(model)
+    """Locate ``model`` (see :func:`resolve_model`), read its weights and tokenizer.
+
+    ``quantization`` names the weights' format: "auto" = "gguf" for a GGUF file in float32 on
+    the CPU, else "none"; "gguf" keeps the file's own block formats (each linear runs on
+    agentrt's kernels, memory about the file's size); "none", "int8", "int4" build float
+    weights (a GGUF file is dequantized to float32 once into the cache) and the linear layers
+    :data:`~agentrt.models.linear.LINEARS` names. ``fused_ops`` runs RMSNorm and RoPE as
+    agentrt's C++ ops; the weights are moved to ``device`` as they load.
+    """
+    path, _ = locate(model)
+    quantization = resolve_quantization(quantization, path.is_file(), device, dtype)
+    weights: Weights
+    if quantization == "gguf":
+        from agentrt.models.gguf_file import GGUFFile
+        from agentrt.models.gguf_weights import GGUFWeights
+
+        if dtype != torch.float32:
+            raise ValueError("quantization='gguf' computes in float32; use dtype='float32'")
+        weights = GGUFWeights(GGUFFile(path), device)  # refuses formats it cannot run
+        folder = gguf_folder(path)
+    else:
+        folder = path if path.is_dir() else gguf_folder(path, weights=True)
+        weights = FloatWeights(_read_safetensors(folder), dtype, quantization, device)
     config = ModelConfig.from_folder(folder)
-    weights = _read_safetensors(folder)
-    net = LlamaModel(config, weights, dtype, quantization, fused_ops, device)
-    return LoadedModel(folder, config, net, load_tokenizer(folder))
+    net = LlamaModel(config, weights, dtype, fused_ops, device)
+    return LoadedModel(folder, config, net, load_tokenizer(folder), quantization)
 
 
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

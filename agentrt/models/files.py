@@ -1,8 +1,10 @@
-"""Turn a model name into a Hugging Face folder the engine loads.
+"""Turn a model name into the Hugging Face folder the engine reads config and tokenizer from.
 
 :func:`agentrt.models.sources.locate` finds the file or folder (the embedded default, a path,
-the Hugging Face cache, Ollama's store); a GGUF file is converted once into the user cache
-(:func:`agentrt.env.cache_dir`). Nothing is downloaded.
+the Hugging Face cache, Ollama's store); a GGUF file gets one folder in the user cache
+(:func:`agentrt.env.cache_dir`), written on first use: config.json and the tokenizer, plus the
+weights dequantized to float32 when a float model is asked for (:func:`gguf_folder`). Nothing
+is downloaded.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 from agentrt import env
 from agentrt.models.sources import DEFAULT_MODEL, ModelNotFoundError, default_gguf, locate
 
-__all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "default_gguf", "resolve_model"]
+__all__ = ["DEFAULT_MODEL", "ModelNotFoundError", "default_gguf", "gguf_folder", "resolve_model"]
 
 
 def resolve_model(model: str | Path | None = None) -> Path:
@@ -21,18 +23,20 @@ def resolve_model(model: str | Path | None = None) -> Path:
     ``model`` is anything :func:`~agentrt.models.sources.locate` takes: ``None`` (the embedded
     default, or ``$AGENTRT_MODEL``), ``"SmolLM2-135M-Instruct"``, a folder, a ``.gguf`` file, a
     hub id in the local Hugging Face cache, or ``ollama:NAME[:TAG]``. A GGUF file is converted
-    into the cache on first use.
+    to float32 into the cache on first use.
     """
     path, _ = locate(model)
-    return path if path.is_dir() else _cached_conversion(path)
+    return path if path.is_dir() else gguf_folder(path, weights=True)
 
 
-def _cached_conversion(gguf_path: Path) -> Path:
+def gguf_folder(gguf_path: Path, *, weights: bool = False) -> Path:
+    """The cache folder of ``gguf_path``: config.json and the tokenizer, and with ``weights``
+    also ``model.safetensors`` (float32); written once, reused while the file keeps its size."""
     from agentrt.models.gguf_convert import convert_gguf
 
-    stat = gguf_path.stat()
-    out = env.cache_dir() / "models" / f"{gguf_path.stem}-{stat.st_size}"
-    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+    out = env.cache_dir() / "models" / f"{gguf_path.stem}-{gguf_path.stat().st_size}"
+    needed = ("config.json", "tokenizer_config.json", *(("model.safetensors",) if weights else ()))
+    if all((out / name).is_file() for name in needed):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    return convert_gguf(gguf_path, out)
+    return convert_gguf(gguf_path, out, weights=weights)

@@ -1,5 +1,8 @@
 """The linear layers of the forward pass, chosen by name: float weights or quantized ones.
 
+``quantization`` (EngineConfig) is "auto", "gguf" or a name in :data:`LINEARS`;
+:func:`resolve_quantization` turns "auto" into "gguf" (a GGUF file runs in its own block
+formats, :mod:`agentrt.models.gguf_weights`) or "none". The rest build a layer from float weights:
 ``none`` keeps the weights in the model's dtype (:class:`SmallBatchLinear`); ``int8`` and
 ``int4`` store them in GGUF's Q8_0 / Q4_1 group forms and run decode through agentrt's CPU
 kernels (``agentrt_kernels.cpu``: 1.125 / 0.75 bytes per weight instead of 4 — decode on a CPU
@@ -16,7 +19,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-__all__ = ["HEAD", "LINEARS", "Linear", "SmallBatchLinear", "get_linear"]
+__all__ = ["HEAD", "LINEARS", "Linear", "SmallBatchLinear", "check_quantization",
+           "get_linear", "resolve_quantization"]
 
 # name -> "module:class"; each class is built as cls(weight, bias) and called on (T, in) rows
 LINEARS: dict[str, str] = {
@@ -27,6 +31,35 @@ LINEARS: dict[str, str] = {
 HEAD: dict[str, str] = {"int4": "int8"}
 """The output head's format where it differs from the layers'."""
 _FLOAT32_ONLY = frozenset({"int8", "int4"})
+
+
+FILE_FORMATS = ("auto", "gguf")
+"""The ``quantization`` values that are not layer classes: "auto" and "gguf" (a GGUF file's
+own block formats)."""
+
+
+def check_quantization(name: str) -> None:
+    """Raise ``ValueError`` unless ``name`` is "auto", "gguf" or registered in :data:`LINEARS`."""
+    if name not in FILE_FORMATS and name not in LINEARS:
+        raise ValueError(f"unknown quantization {name!r}; "
+                         f"choose from {[*FILE_FORMATS, *sorted(LINEARS)]}")
+
+
+def resolve_quantization(name: str, gguf_file: bool, device: str | torch.device = "cpu",
+                         dtype: str | torch.dtype = "float32") -> str:
+    """``name`` as a model of this kind loads: "auto" is "gguf" for a GGUF file computed in
+    float32 on the CPU (agentrt's kernels run its blocks), else "none" (float weights);
+    "gguf" for anything but a GGUF file raises ``ValueError``."""
+    check_quantization(name)
+    if name == "auto":
+        float32 = dtype in ("float32", torch.float32)
+        native = gguf_file and torch.device(device).type == "cpu" and float32
+        return "gguf" if native else "none"
+    if name == "gguf" and not gguf_file:
+        raise ValueError("quantization='gguf' keeps a GGUF file's own block formats, and this "
+                         "model is a folder of float weights: use 'auto', 'none', 'int8' or "
+                         "'int4'")
+    return name
 
 
 class Linear(Protocol):

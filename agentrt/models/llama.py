@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from agentrt.attention.base import AttentionBackend
 from agentrt.models.config import ModelConfig
-from agentrt.models.linear import HEAD, Linear, get_linear
+from agentrt.models.linear import Linear
 from agentrt.models.ops import add_rms_norm, apply_rope, rms_norm, silu_mul
 from agentrt.models.rope import rope_tables
+from agentrt.models.weights import Weights
 
 __all__ = ["LlamaModel"]
 
@@ -38,13 +38,14 @@ class _Layer:
 class LlamaModel:
     """Weights plus the forward pass; attention goes through an :class:`AttentionBackend`."""
 
-    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 quantization: str = "none", fused_ops: bool = False,
-                 device: str | torch.device = "cpu"):
+    def __init__(self, config: ModelConfig, weights: Weights, dtype: torch.dtype,
+                 fused_ops: bool = False, device: str | torch.device = "cpu"):
+        """``weights`` decides each layer's form (:class:`~agentrt.models.weights.FloatWeights`
+        in ``dtype``, or :class:`~agentrt.models.gguf_weights.GGUFWeights`, a GGUF file's own
+        blocks); activations are ``dtype``."""
         self.config = config
         self.dtype = dtype
         self.device = torch.device(device)
-        self.quantization = quantization
         self._norm, self._add_norm, self._rope = rms_norm, add_rms_norm, apply_rope
         self._silu_mul = silu_mul
         if fused_ops:  # one C++ call each instead of several torch ops (agentrt_kernels.cpu)
@@ -59,38 +60,30 @@ class LlamaModel:
         self.cos, self.sin = cos.to(self.device, dtype), sin.to(self.device, dtype)
         self.attn: AttentionBackend | None = None
 
-    def _init_weights(self, w: dict[str, torch.Tensor]) -> None:
+    def _init_weights(self, w: Weights) -> None:
         c = self.config
-        linear = get_linear(self.quantization, self.dtype)
-
-        def get(name: str) -> torch.Tensor:
-            return w[name].to(self.device, self.dtype).contiguous()
 
         def opt(name: str) -> torch.Tensor | None:
-            return get(name) if name in w else None
+            return w.tensor(name) if name in w else None
 
-        self.embed = get("model.embed_tokens.weight")
-        self.norm = get("model.norm.weight")
+        self.embed = w.embedding("model.embed_tokens.weight")
+        self.norm = w.tensor("model.norm.weight")
         tied = c.tie_word_embeddings or "lm_head.weight" not in w
-        head = get_linear(HEAD.get(self.quantization, self.quantization), self.dtype)
-        self.lm_head = head(self.embed if tied else get("lm_head.weight"))
+        self.lm_head = w.head("model.embed_tokens.weight" if tied else "lm_head.weight")
         self.layers = []
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
             attn, mlp = p + "self_attn.", p + "mlp."
-            qkv_b = [opt(attn + f"{n}_proj.bias") for n in "qkv"]
             self.layers.append(_Layer(
-                input_norm=get(p + "input_layernorm.weight"),
-                qkv=linear(
-                    torch.cat([get(attn + f"{n}_proj.weight") for n in "qkv"]),
-                    torch.cat(qkv_b) if all(b is not None for b in qkv_b) else None),
+                input_norm=w.tensor(p + "input_layernorm.weight"),
+                qkv=w.linear([attn + f"{n}_proj.weight" for n in "qkv"],
+                             [attn + f"{n}_proj.bias" for n in "qkv"]),
                 q_norm=opt(attn + "q_norm.weight"),
                 k_norm=opt(attn + "k_norm.weight"),
-                o_proj=linear(get(attn + "o_proj.weight")),
-                post_norm=get(p + "post_attention_layernorm.weight"),
-                gate_up=linear(
-                    torch.cat([get(mlp + "gate_proj.weight"), get(mlp + "up_proj.weight")])),
-                down=linear(get(mlp + "down_proj.weight")),
+                o_proj=w.linear([attn + "o_proj.weight"]),
+                post_norm=w.tensor(p + "post_attention_layernorm.weight"),
+                gate_up=w.linear([mlp + "gate_proj.weight", mlp + "up_proj.weight"]),
+                down=w.linear([mlp + "down_proj.weight"]),
             ))
 
     @torch.inference_mode()
@@ -99,7 +92,7 @@ class LlamaModel:
 
         The attention backend must have been planned for this step.
         """
-        x = F.embedding(input_ids, self.embed)  # the residual stream
+        x = self.embed(input_ids)  # the residual stream
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
         h = self._norm(x, self.layers[0].input_norm, self.eps)
         next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]

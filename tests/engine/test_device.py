@@ -85,8 +85,9 @@ def test_every_engine_tensor_is_on_the_configured_device(device, tiny_model):
 
     reached = {id(t) for t in owned.values()}
     model = core.model
-    for t in (model.embed, model.cos, model.layers[0].qkv.weight, model.layers[-1].down.weight,
-              core.kv_tensors.k, core.kv_tensors.v, sampled.generator):
+    for t in (model.embed.weight, model.cos, model.layers[0].qkv.weight,
+              model.layers[-1].down.weight, core.kv_tensors.k, core.kv_tensors.v,
+              sampled.generator):
         assert id(t) in reached
     assert any(p.endswith("._slot_mapping") for p in owned)  # the step's attention plan
     core.abort(sampled.request_id)
@@ -97,7 +98,8 @@ def test_auto_resolves_to_todays_cpu_choices_without_cuda():
         pytest.skip("this machine has a GPU")
     c = EngineConfig()
     assert (c.device, c.resolved_device, c.resolved_dtype) == ("auto", "cpu", "float32")
-    assert c.resolved_attention_backend == "torch"
+    assert c.resolved_attention_backend == "cpu"  # the default GGUF's blocks: fused ops
+    assert EngineConfig(quantization="none").resolved_attention_backend == "torch"
     assert EngineConfig(quantization="int8").resolved_attention_backend == "cpu"
 
 

@@ -81,14 +81,15 @@ def test_decode_attention_equals_the_reference_over_the_same_metadata(
 def test_quantized_engines_use_the_fused_ops_unless_told_not_to():
     assert EngineConfig(quantization="int4").resolved_attention_backend == "cpu"
     assert EngineConfig(quantization="int4", fused_ops=False).resolved_attention_backend == "torch"
-    assert EngineConfig().resolved_attention_backend == "torch"
-    assert EngineConfig(fused_ops=True).resolved_attention_backend == "cpu"
+    assert EngineConfig(quantization="none").resolved_attention_backend == "torch"
+    assert EngineConfig(quantization="none", fused_ops=True).resolved_attention_backend == "cpu"
     assert EngineConfig(quantization="int8", attention_backend="torch_cascade"
                         ).resolved_attention_backend == "torch_cascade"
 
 
 def test_fused_float_engine_keeps_the_float_engines_greedy_outputs(engine, chat):
-    fused = Engine(fused_ops=True, profile_on_start=False, kv_cache_gb=0.25)
+    fused = Engine(quantization="none", fused_ops=True, profile_on_start=False,
+                   kv_cache_gb=0.25)
     try:
         assert fused.core.config.resolved_attention_backend == "cpu"
         prompts = [chat(p) for p in ("Name three colours.", "What is 12 times 12?",

@@ -1,0 +1,209 @@
+"""A GGUF model file as it is stored: its Hugging Face config and where each weight's bytes are.
+
+:class:`GGUFFile` parses the header with ``gguf.GGUFReader`` (a memory map of which only the
+header is touched) into a Hugging Face ``config.json`` dict (keys named by transformers'
+``GGUF_CONFIG_MAPPING``) and one :class:`GGUFTensor` per weight under its Hugging Face name
+(the ``gguf`` package's per-architecture name map). Nothing else is read until asked:
+:meth:`GGUFTensor.read_into` reads one tensor's bytes into memory the caller owns, undoing
+llama.cpp's interleaving of Q/K rows on the way, so a model kept in the file's own block formats
+takes about the file's size in memory and no file pages stay mapped.
+
+Architectures (``general.architecture``): ``llama`` (Mistral files are ``llama`` too, told apart
+by their ``general.name``, as transformers does), ``qwen2`` and ``qwen3``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrt.models.config import UnsupportedModelError
+
+__all__ = ["GGUF_ARCHITECTURES", "GGUFFile", "GGUFTensor"]
+
+#: GGUF ``general.architecture`` -> the Hugging Face architecture it runs as
+GGUF_ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+_INTERLEAVED_QK = frozenset({"llama"})  # llama.cpp interleaves rotary halves of Q/K rows here
+_FLOAT_TYPES = {"F32": 4, "F16": 2, "BF16": 2}  # element-wise types: a 1-D tensor's rows
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    """One weight of a GGUF file, not read yet: where its bytes are, their format and shape."""
+
+    path: Path
+    name: str
+    """The tensor's name in the file (``blk.0.attn_q.weight``)."""
+    qtype: Any
+    """Its block format, a ``gguf.GGMLQuantizationType``."""
+    shape: tuple[int, ...]
+    """Row-major, outermost first as torch and Hugging Face write it: (out, in) for a matrix."""
+    offset: int
+    nbytes: int
+    interleaved_heads: int = 0
+    """llama.cpp interleaved the rotary halves of this many heads' rows (0 = rows as in HF)."""
+
+    @property
+    def rows(self) -> int:
+        """Rows of the stored form: the outer dims of a matrix, the elements of a float vector."""
+        if len(self.shape) == 1 and self.qtype.name in _FLOAT_TYPES:
+            return self.shape[0]
+        return math.prod(self.shape[:-1])
+
+    @property
+    def row_bytes(self) -> int:
+        return self.nbytes // self.rows
+
+    def read_into(self, out: torch.Tensor) -> torch.Tensor:
+        """Read the bytes into ``out`` (contiguous uint8, ``(rows, row_bytes)``) in HF row order."""
+        if out.dtype != torch.uint8 or not out.is_contiguous() or out.numel() != self.nbytes:
+            raise ValueError(f"{self.name}: needs a contiguous uint8 buffer of {self.nbytes} "
+                             f"bytes, got {out.dtype} {tuple(out.shape)}")
+        view = memoryview(out.numpy()).cast("B")
+        with open(self.path, "rb", buffering=0) as f:
+            f.seek(self.offset)
+            done = 0
+            while done < self.nbytes:
+                n = f.readinto(view[done:])
+                if not n:
+                    raise ValueError(f"{self.path}: truncated GGUF file (tensor {self.name})")
+                done += n
+        if self.interleaved_heads:
+            rows = out.view(self.rows, self.row_bytes)
+            rows.copy_(_unpermute(rows.clone(), self.interleaved_heads))
+        return out
+
+    def read(self) -> torch.Tensor:
+        """The stored bytes as a new uint8 tensor ``(rows, row_bytes)``, in HF row order."""
+        return self.read_into(torch.empty(self.rows, self.row_bytes, dtype=torch.uint8))
+
+    def dequantize(self) -> torch.Tensor:
+        """The values as float32 of :attr:`shape`, by the ``gguf`` package's reference."""
+        import gguf
+
+        values = gguf.quants.dequantize(self.read().numpy(), self.qtype)
+        return torch.from_numpy(values.astype("float32", copy=False).reshape(self.shape))
+
+
+class GGUFFile:
+    """The header of a GGUF model file: ``config`` (HF config.json) and ``tensors`` by HF name.
+
+    Raises :class:`~agentrt.models.config.UnsupportedModelError` for other architectures and
+    for tensors the Llama-family forward pass has no place for.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        import gguf
+
+        self.path = Path(path)
+        reader = gguf.GGUFReader(str(self.path))
+        meta = _metadata(reader)
+        arch = str(meta.get("general.architecture"))
+        if arch not in GGUF_ARCHITECTURES:
+            raise UnsupportedModelError(
+                f"{self.path.name}: GGUF architecture {arch!r} is not supported; agentrt runs "
+                f"{', '.join(sorted(GGUF_ARCHITECTURES))} (Mistral files are 'llama')"
+            )
+        self.architecture = arch
+        self.config = _config(meta, arch)
+        names = _hf_names(gguf, arch, self.config["num_hidden_layers"])
+        self.tensors: dict[str, GGUFTensor] = {}
+        for t in reader.tensors:
+            if t.name not in names:
+                raise UnsupportedModelError(f"{self.path.name}: unexpected GGUF tensor {t.name!r}")
+            self.tensors[names[t.name]] = GGUFTensor(
+                path=self.path, name=t.name, qtype=gguf.GGMLQuantizationType(t.tensor_type),
+                shape=tuple(int(d) for d in reversed(t.shape)),  # GGUF lists dims innermost-first
+                offset=int(t.data_offset), nbytes=int(t.n_bytes),
+                interleaved_heads=self._interleaved_heads(t.name),
+            )
+        if "lm_head.weight" not in self.tensors:
+            self.config["tie_word_embeddings"] = True
+        if self.config["vocab_size"] is None:
+            self.config["vocab_size"] = self.tensors["model.embed_tokens.weight"].shape[0]
+
+    def _interleaved_heads(self, name: str) -> int:
+        if self.architecture not in _INTERLEAVED_QK:
+            return 0
+        if ".attn_q." in name:
+            return int(self.config["num_attention_heads"])
+        if ".attn_k." in name:
+            return int(self.config["num_key_value_heads"])
+        return 0
+
+
+def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's interleaving of rotary halves in Q/K rows (any trailing shape)."""
+    half = w.shape[0] // n_head // 2
+    return w.reshape(n_head, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def _metadata(reader) -> dict:
+    meta = {}
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and key.endswith(("tokens", "scores", "merges",
+                                                               "token_type")):
+            continue  # the vocabulary is converted by transformers, not needed here
+        try:
+            meta[key] = field.contents()
+        except Exception:  # noqa: BLE001 - unreadable optional metadata is skipped
+            continue
+    return meta
+
+
+def _config(meta: dict, arch: str) -> dict[str, Any]:
+    """config.json from the GGUF metadata, keys named by transformers' GGUF_CONFIG_MAPPING."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    config: dict[str, Any] = {}
+    for section, prefix in ((arch, f"{arch}."), ("tokenizer", "tokenizer.")):
+        for key, hf_key in GGUF_CONFIG_MAPPING[section].items():
+            if hf_key is not None and prefix + key in meta:
+                config[hf_key] = meta[prefix + key]
+    heads = int(config["num_attention_heads"])
+    head_dim = meta.get(f"{arch}.attention.key_length") or meta.get(f"{arch}.rope.dimension_count")
+    hf_arch = GGUF_ARCHITECTURES[arch]
+    if arch == "llama" and "mistral" in str(meta.get("general.name", "")).lower():
+        hf_arch = "MistralForCausalLM"
+    config.update(
+        architectures=[hf_arch],
+        model_type=hf_arch.removesuffix("ForCausalLM").lower(),
+        num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(head_dim or int(config["hidden_size"]) // heads),
+        rope_theta=float(config.get("rope_theta", 10000.0)),
+        rms_norm_eps=float(config["rms_norm_eps"]),
+        vocab_size=int(config.get("vocab_size") or 0) or None,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        attention_bias=arch == "qwen2",
+        mlp_bias=False,
+        hidden_act="silu",
+    )
+    return config
+
+
+def _hf_names(gguf, arch: str, num_layers: int) -> dict[str, str]:
+    """GGUF tensor name -> Hugging Face name, through the gguf package's name map."""
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], num_layers)
+    hf = ["model.embed_tokens", "model.norm", "lm_head"]
+    for i in range(num_layers):
+        layer = f"model.layers.{i}."
+        hf += [layer + n for n in (
+            "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+            "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+    names = {}
+    for base in hf:
+        gguf_base = name_map.get_name(base)
+        if gguf_base is not None:
+            for suffix in (".weight", ".bias"):
+                names[gguf_base + suffix] = base + suffix
+    return names

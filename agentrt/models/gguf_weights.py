@@ -1,0 +1,109 @@
+"""A GGUF model's weights kept in the file's own block formats (``quantization="gguf"``).
+
+Each linear layer holds its rows as the file stores them (Q4_K, Q6_K, Q8_0, F16, ...) and runs
+through :class:`agentrt_kernels.cpu.gguf_linear.GGUFLinear`; rows that the forward pass fuses
+(Q, K, V; gate, up) are read straight into one buffer when they share a format, else run as
+side-by-side layers. The token embedding stays in its blocks too and is dequantized row by row
+on lookup; a tied output head multiplies into those same blocks. Norms and biases are float32.
+Every tensor is read once into memory of its own (no file mapping stays behind), so resident
+memory after loading is about the file's size. Formats the kernels do not run (IQ*, Q2_K,
+Q3_K, ...) are refused, naming the tensor, before anything is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import groupby
+
+import torch
+
+from agentrt.models.gguf_file import GGUFFile, GGUFTensor
+from agentrt.models.linear import Linear
+from agentrt.models.weights import ConcatLinear, Embedding
+
+__all__ = ["BlockEmbedding", "GGUFWeights"]
+
+
+class BlockEmbedding:
+    """An embedding lookup in a table kept in GGUF blocks: each looked-up row is dequantized."""
+
+    def __init__(self, raw: torch.Tensor, qtype, shape: tuple[int, int]) -> None:
+        self.raw, self.qtype, self.shape = raw, qtype, shape
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        from agentrt_kernels.cpu.gguf_linear import dequantize_rows
+
+        return dequantize_rows(self.raw, self.qtype, self.shape, ids)
+
+
+class GGUFWeights:
+    """The weights of ``file`` in its own formats, read as the forward pass asks for them.
+
+    Raises ``ValueError`` naming the first tensor whose format agentrt's kernels do not run,
+    and for a device other than the CPU (the kernels are CPU code).
+    """
+
+    def __init__(self, file: GGUFFile, device: str | torch.device = "cpu") -> None:
+        from agentrt_kernels.cpu.gguf_linear import SUPPORTED
+
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"{file.path.name}: GGUF block formats run on agentrt's CPU kernels; "
+                             f"device={str(device)!r} needs quantization='none' (float weights)")
+        for name, t in file.tensors.items():
+            if t.qtype not in SUPPORTED:
+                formats = ", ".join(sorted(q.name for q in SUPPORTED))
+                raise ValueError(
+                    f"{file.path.name}: tensor {t.name!r} ({name}) is stored as {t.qtype.name}, "
+                    f"a format agentrt's kernels do not run (they run {formats}); "
+                    "quantization='none' converts the file to float32 instead")
+        self.file = file
+        self._blocks: dict[str, torch.Tensor] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.file.tensors
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return self.file.tensors[name].dequantize()
+
+    def linear(self, names: Sequence[str], biases: Sequence[str] = ()) -> Linear:
+        bias = None
+        if biases and all(b in self for b in biases):
+            bias = torch.cat([self.tensor(b) for b in biases])
+        parts = [self.file.tensors[n] for n in names]
+        layers, first = [], 0
+        for _, run in groupby(parts, key=lambda t: t.qtype):
+            run = list(run)
+            rows = sum(t.shape[0] for t in run)
+            layers.append(self._layer(run, None if bias is None else bias[first:first + rows]))
+            first += rows
+        return layers[0] if len(layers) == 1 else ConcatLinear(layers)
+
+    def embedding(self, name: str) -> Embedding:
+        t = self.file.tensors[name]
+        return BlockEmbedding(self._read(name), t.qtype, (t.shape[0], t.shape[1]))
+
+    def head(self, name: str) -> Linear:
+        from agentrt_kernels.cpu.gguf_linear import GGUFLinear
+
+        t = self.file.tensors[name]
+        return GGUFLinear(self._read(name), t.qtype, (t.shape[0], t.shape[1]))
+
+    def _read(self, name: str) -> torch.Tensor:
+        """A tensor's blocks, read once (the tied head shares the embedding's)."""
+        if name not in self._blocks:
+            self._blocks[name] = self.file.tensors[name].read()
+        return self._blocks[name]
+
+    @staticmethod
+    def _layer(parts: list[GGUFTensor], bias: torch.Tensor | None) -> Linear:
+        """One GGUFLinear over ``parts`` (one format, one input width), rows read into one
+        buffer."""
+        from agentrt_kernels.cpu.gguf_linear import GGUFLinear
+
+        rows = sum(t.shape[0] for t in parts)
+        raw = torch.empty(rows, parts[0].row_bytes, dtype=torch.uint8)
+        start = 0
+        for t in parts:
+            t.read_into(raw[start:start + t.shape[0]])
+            start += t.shape[0]
+        return GGUFLinear(raw, parts[0].qtype, (rows, parts[0].shape[1]), bias)
