@@ -32,9 +32,11 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                    choices=["auto", "float32", "bfloat16", "float16"],
                    help="weight and KV-cache dtype (default: auto = float32 on CPU, bfloat16 "
                         "on a GPU that has it, else float16)")
-    g.add_argument("--quantization", default="none", choices=["none", "int8", "int4"],
-                   help="linear-layer weights: none (= dtype), or GGUF Q8_0 / Q4_1 groups run "
-                        "by agentrt's AVX2 decode kernels (float32 compute; faster CPU decode)")
+    g.add_argument("--quantization", default="auto",
+                   choices=["auto", "gguf", "none", "int8", "int4"],
+                   help="weights: auto (default) = a GGUF file's own block formats on CPU, a "
+                        "float folder as floats; gguf; none (= dtype); int8 / int4 = GGUF Q8_0 "
+                        "/ Q4_1 groups re-quantized from floats (float32 compute)")
 
 
 def _device(value: str) -> str:
