@@ -13,21 +13,23 @@ only when chosen.
 
 from __future__ import annotations
 
-import importlib
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
+from agentrt.core.registry import Registry
+
 __all__ = ["HEAD", "LINEARS", "Linear", "SmallBatchLinear", "check_quantization",
            "get_linear", "resolve_quantization"]
 
-# name -> "module:class"; each class is built as cls(weight, bias) and called on (T, in) rows
-LINEARS: dict[str, str] = {
+LINEARS: Registry[type] = Registry("quantization", {
     "none": "agentrt.models.linear:SmallBatchLinear",
     "int8": "agentrt_kernels.cpu.quant_linear:Q8Linear",
     "int4": "agentrt_kernels.cpu.quant_linear:Q4Linear",
-}
+})
+"""Layer classes built from float weights: each as ``cls(weight, bias)``, called on (T, in)
+rows."""
 HEAD: dict[str, str] = {"int4": "int8"}
 """The output head's format where it differs from the layers'."""
 _FLOAT32_ONLY = frozenset({"int8", "int4"})
@@ -40,9 +42,7 @@ own block formats)."""
 
 def check_quantization(name: str) -> None:
     """Raise ``ValueError`` unless ``name`` is "auto", "gguf" or registered in :data:`LINEARS`."""
-    if name not in FILE_FORMATS and name not in LINEARS:
-        raise ValueError(f"unknown quantization {name!r}; "
-                         f"choose from {[*FILE_FORMATS, *sorted(LINEARS)]}")
+    LINEARS.check(name, also=FILE_FORMATS)
 
 
 def resolve_quantization(name: str, gguf_file: bool, device: str | torch.device = "cpu",
@@ -68,12 +68,10 @@ class Linear(Protocol):
 
 def get_linear(name: str, dtype: torch.dtype = torch.float32) -> type:
     """The linear-layer class registered as ``name`` (``quantization`` in EngineConfig)."""
-    if name not in LINEARS:
-        raise ValueError(f"unknown quantization {name!r}; choose from {sorted(LINEARS)}")
+    LINEARS.check(name)
     if name in _FLOAT32_ONLY and dtype != torch.float32:
         raise ValueError(f"quantization={name!r} computes in float32; use dtype='float32'")
-    module, cls = LINEARS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return LINEARS.get(name)
 
 
 class SmallBatchLinear:
