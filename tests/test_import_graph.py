@@ -69,14 +69,14 @@ def _module_level(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]
             yield from _module_level(node.body)
 
 
-def imported_names(module: Module) -> Iterator[str]:
-    """Dotted names ``module`` imports at module level, relative imports resolved; for
-    ``from pkg import name`` both ``pkg`` and ``pkg.name`` (the latter may be a submodule)."""
+def module_imports(module: Module) -> Iterator[tuple[str, list[str]]]:
+    """``(source, names)`` per module-level import of ``module``, relative sources resolved:
+    ``import a.b`` gives ``("a.b", [])``, ``from a import x, y`` gives ``("a", ["x", "y"])``."""
     tree = ast.parse(module.path.read_text(), str(module.path))
     package = module.name if module.is_package else module.name.rpartition(".")[0]
     for node in _module_level(tree.body):
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
+            yield from ((alias.name, []) for alias in node.names)
             continue
         if node.level:
             parts = package.split(".")
@@ -84,8 +84,107 @@ def imported_names(module: Module) -> Iterator[str]:
             source = f"{base}.{node.module}" if node.module else base
         else:
             source = node.module or ""
+        yield source, [alias.name for alias in node.names]
+
+
+def imported_names(module: Module) -> Iterator[str]:
+    """Dotted names ``module`` imports at module level; for ``from pkg import name`` both
+    ``pkg`` and ``pkg.name`` (the latter may be a submodule)."""
+    for source, names in module_imports(module):
         yield source
-        yield from (f"{source}.{alias.name}" for alias in node.names if alias.name != "*")
+        yield from (f"{source}.{name}" for name in names if name != "*")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the modules of :data:`PACKAGES` whose code must run for its module-level
+    imports: ``import a.b`` and ``from a import b`` (``b`` a submodule) need ``a.b``;
+    ``from a import name`` needs ``a`` itself (its ``__init__`` defines ``name``). So do the
+    parent packages Python imports on the way (``a`` for ``a.b``), except the importer's own
+    parents: they started before it ran, so nothing new runs for them (but ``from a import
+    name`` inside ``a.x`` needs ``a``'s ``__init__`` to have defined ``name``: an edge)."""
+    modules = list(iter_modules())
+    known = {m.name for m in modules}
+    graph: dict[str, set[str]] = {}
+    for module in modules:
+        own = set(_parents(module.name)) | {module.name}
+        targets: set[str] = set()
+        for source, names in module_imports(module):
+            submodules = [f"{source}.{name}" for name in names]
+            needed = {s for s in submodules if s in known}
+            if not names or any(s not in known for s in submodules):
+                needed.add(source)
+            for target in needed:
+                targets.update({target} | set(_parents(target)) - own)
+        graph[module.name] = (targets & known) - {module.name}
+    return graph
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle (first module repeated last) per strongly connected component of
+    more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set(stack[stack.index(v):])
+            del stack[stack.index(v):]
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_shortest_cycle(graph, c) for c in components]
+
+
+def _shortest_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    start = min(component)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if w not in came_from:
+                    came_from[w] = v
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"no cycle through {start} in {sorted(component)}")
+
+
+def test_no_import_cycle():
+    """No cycle among module-level imports: each makes import order matter (one module
+    meets the other half-initialised) and is a layering error."""
+    cycles = find_cycles(import_graph())
+    assert not cycles, f"{len(cycles)} import cycle(s):\n" + "\n".join(
+        " -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_cycle_finder_finds_each_cycle_once():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}}
+    assert sorted(find_cycles(graph)) == [["a", "b", "c", "a"], ["e", "f", "e"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_no_framework_import_outside_the_server():
@@ -114,7 +213,8 @@ def test_the_reader_sees_module_level_imports_only(tmp_path):
     )
     path = tmp_path / "mod.py"
     path.write_text(source)
-    names = set(imported_names(Module("agentrt.agent.mod", path, False)))
+    module = Module("agentrt.agent.mod", path, False)
+    names = set(imported_names(module))
     assert {"fastapi", "uvicorn", "agentrt.agent", "agentrt.agent.sibling",
             "agentrt.core.registry"} <= names
     assert "langchain_core" not in names and "llama_index" not in names
