@@ -35,6 +35,10 @@ SHAPES = {T.F32: [(40, 37)], T.F16: [(40, 37), (24, 64)], T.BF16: [(40, 37)],
 CASES = [(t, s) for t, shapes in SHAPES.items() for s in shapes]
 
 
+def _name(case: object) -> str:
+    return case.name if isinstance(case, T) else "x".join(map(str, case))
+
+
 def random_blocks(qtype: T, shape: tuple[int, int], seed: int = 0) -> torch.Tensor:
     """Valid GGUF bytes of ``qtype`` for an (out, in) weight, as a 1-D uint8 tensor."""
     rng = np.random.default_rng(seed)
@@ -76,7 +80,7 @@ def test_supported_formats_are_the_issue_list():
     assert set(SHAPES) == set(SUPPORTED)
 
 
-@pytest.mark.parametrize(("qtype", "shape"), CASES, ids=str)
+@pytest.mark.parametrize(("qtype", "shape"), CASES, ids=_name)
 def test_dequantize_is_exactly_ggufs(qtype, shape):
     raw = random_blocks(qtype, shape)
     want = _reference_weight(raw, qtype, shape)
@@ -91,7 +95,7 @@ def test_dequantize_is_exactly_ggufs(qtype, shape):
 
 @pytest.mark.parametrize("isa", _isas())
 @pytest.mark.parametrize("rows", [1, 3, 8, 40])
-@pytest.mark.parametrize(("qtype", "shape"), CASES, ids=str)
+@pytest.mark.parametrize(("qtype", "shape"), CASES, ids=_name)
 def test_linear_equals_its_reference(qtype, shape, rows, isa):
     raw = random_blocks(qtype, shape, seed=rows)
     gen = torch.Generator().manual_seed(rows)
@@ -156,7 +160,7 @@ def test_bad_inputs_raise_clear_errors():
 INT8_CASES = [(t, s) for t, s in CASES if t in INT8_FORMATS]
 
 
-@pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=str)
+@pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=_name)
 def test_int8_activations_are_ggmls_blocks(qtype, shape):
     """The C++ activation quantizer equals the torch twin bit for bit, and stays within half
     a grid step of the float activations."""
@@ -176,7 +180,7 @@ def test_int8_activations_are_ggmls_blocks(qtype, shape):
 
 @pytest.mark.parametrize("isa", _isas())
 @pytest.mark.parametrize("rows", [1, 3, 8, 13, 32])
-@pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=str)
+@pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=_name)
 def test_int8_linear_equals_its_reference(qtype, shape, rows, isa):
     raw = random_blocks(qtype, shape, seed=rows)
     gen = torch.Generator().manual_seed(rows)

@@ -39,6 +39,8 @@ struct Acts {           // M rows of K quantized activations
     std::vector<int16_t> bsum;  // (M, K / 16) sums of q (k-quants)
     std::vector<int16_t> bsum32;  // (M, K / 32) sums of q (k-quants, for the AVX-512 form)
     std::vector<int8_t> q45;  // (M, K): q in the AVX-512 Q4_K / Q5_K order (see row_k45_512)
+    std::vector<float> d16;   // (M, ceil(K / 64), 16): two blocks' d, each 8 times (AVX-512)
+    std::vector<float> ds;    // (M, K / 32 + 1): d * s, the block's sum of x (AVX-512), 0 after
 };
 
 static inline int8_t clamp127(float v) {
@@ -87,6 +89,20 @@ static void reorder45(Acts& a, int64_t M, int64_t K) {
         }
 }
 
+// The 32-value scales as the AVX-512 form multiplies them: d of blocks 2p and 2p + 1 in lanes
+// 0..7 and 8..15 of pair p (0 past the last block).
+static void spread32(Acts& a, int64_t M, int64_t K) {
+    const int64_t blocks = K / 32, pairs = (blocks + 1) / 2;
+    a.d16.assign(M * pairs * 16, 0.f);
+    a.ds.assign(M * blocks + 1, 0.f);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < blocks; ++b) {
+            for (int j = 0; j < 8; ++j)
+                a.d16[(m * pairs + b / 2) * 16 + 8 * (b % 2) + j] = a.d[m * blocks + b];
+            a.ds[m * blocks + b] = a.d[m * blocks + b] * (float)a.s[m * blocks + b];
+        }
+}
+
 static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a) {
     a.q.resize(M * K);
     a.d.resize(M * K / (k_quant ? 256 : 32));
@@ -96,6 +112,23 @@ static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a
         if (k_quant) quantize256(x + m * K, K, &a.q[m * K], &a.d[m * K / 256], &a.bsum[m * K / 16]);
         else quantize32(x + m * K, K, &a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32]);
     }
+}
+
+// The arrays of Acts as plain pointers, for the kernels (see the NOTE of the AVX-512 region).
+struct View {
+    const int8_t* q;
+    const float* d;
+    const int32_t* s;
+    const int16_t* bsum;
+    const int16_t* bsum32;
+    const int8_t* q45;
+    const float* d16;
+    const float* ds;
+};
+
+static View view(const Acts& a) {
+    return {a.q.data(), a.d.data(), a.s.data(), a.bsum.data(), a.bsum32.data(), a.q45.data(),
+            a.d16.data(), a.ds.data()};
 }
 
 // ---- integer helpers ----
@@ -178,7 +211,7 @@ template <> struct Block32<Q5_1> {
 };
 
 template <int32_t TYPE, int ROWS>
-static void row32(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+static void row32(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
                   int64_t N) {
     using B = Block32<TYPE>;
     const int64_t blocks = K / 32;
@@ -215,7 +248,7 @@ static inline void scales_k4(const uint8_t* q, int16_t sc[8], int16_t mn[8]) {
 
 // Q4_K / Q5_K: sum_s d*sc[s] * (q_s . x_s) - dmin * sum_s m[s] * (sum of x_s), times d_x.
 template <bool FIVE, int ROWS>
-static void row_k45(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+static void row_k45(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
                     int64_t N) {
     constexpr int64_t BYTES = FIVE ? 176 : 144;
     const int64_t blocks = K / 256;
@@ -263,7 +296,7 @@ static void row_k45(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, f
 
 // Q6_K: sum_g d*sc[g] * ((q_g . x_g) - 32 * (sum of x_g)), times d_x; q in 0..63.
 template <int ROWS>
-static void row_q6k(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+static void row_q6k(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
                     int64_t N) {
     const int64_t blocks = K / 256;
     const __m256i three = _mm256_set1_epi8(3);
@@ -344,7 +377,7 @@ static inline float hsum128(__m128 v) {
 // Q4_K / Q5_K: nibbles of 64 bytes = sub-blocks (0, 2) low, (1, 3) high; bytes 64..127 the
 // same for 4..7; the activations were reordered to match (reorder45).
 template <bool FIVE, int ROWS>
-static void row_k45_512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
                         int64_t N) {
     constexpr int64_t BYTES = FIVE ? 176 : 144;
     const int64_t blocks = K / 256;
@@ -395,7 +428,7 @@ static void row_k45_512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t 
 // Q6_K: ql[64 h ..][0..63] low nibbles = values 128 h + 0..63, high = 128 h + 64..127, each
 // 32 with its own two bits of qh[32 h ..]; a scale per 16 values.
 template <int ROWS>
-static void row_q6k_512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
                         int64_t N) {
     const int64_t blocks = K / 256;
     const __m512i shift_lo = halves(0, 2), shift_hi = halves(4, 6), three = _mm512_set1_epi8(3);
@@ -442,16 +475,55 @@ static void row_q6k_512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t 
         out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum(shift[i]);
 }
 
+// 32-value formats, two blocks per 64-byte vector: dpbusd of u8 weights (or |w| against x
+// with w's sign) and x into int32 lanes 0..7 (block 2p) and 8..15 (block 2p + 1).
 template <int32_t TYPE, int ROWS>
-static inline void rows512(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+static void row32_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
+                      int64_t N) {
+    using B = Block32<TYPE>;
+    const int64_t blocks = K / 32, pairs = (blocks + 1) / 2;
+    __m512 acc[ROWS];
+    float offset[ROWS];
+    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), offset[i] = 0.f;
+    for (int64_t p = 0; p < pairs; ++p) {
+        const uint8_t* b = wrow + 2 * p * B::BYTES;
+        const bool two = 2 * p + 1 < blocks;
+        const float d0 = half(b), d1 = two ? half(b + B::BYTES) : 0.f;
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(B::values(b)),
+                                             two ? B::values(b + B::BYTES)
+                                                 : _mm256_setzero_si256(), 1);
+        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+        const __m512i mag = B::MIN ? q : _mm512_abs_epi8(q);
+        const __mmask64 negative = _mm512_movepi8_mask(q), valid = two ? ~0ull : 0xFFFFFFFFull;
+        const float min0 = B::MIN ? half(b + 2) : 0.f;
+        const float min1 = B::MIN && two ? half(b + B::BYTES + 2) : 0.f;
+        for (int i = 0; i < ROWS; ++i) {
+            const int64_t row = m0 + i;
+            __m512i x = _mm512_maskz_loadu_epi8(valid, &a.q[row * K + 64 * p]);
+            if (!B::MIN) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+            const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, x);
+            const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(&a.d16[(row * pairs + p) * 16]));
+            acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc[i]);
+            if (B::MIN) {  // NOTE: min1 is 0 past a row's last block, and ds ends with a 0
+                const float* ds = &a.ds[row * blocks + 2 * p];
+                offset[i] += min0 * ds[0] + min1 * ds[1];
+            }
+        }
+    }
+    for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + offset[i];
+}
+
+template <int32_t TYPE, int ROWS>
+static inline void rows512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
                            int64_t N) {
     if constexpr (TYPE == Q4_K) row_k45_512<false, ROWS>(wrow, a, m0, K, out, N);
     else if constexpr (TYPE == Q5_K) row_k45_512<true, ROWS>(wrow, a, m0, K, out, N);
-    else row_q6k_512<ROWS>(wrow, a, m0, K, out, N);
+    else if constexpr (TYPE == Q6_K) row_q6k_512<ROWS>(wrow, a, m0, K, out, N);
+    else row32_512<TYPE, ROWS>(wrow, a, m0, K, out, N);
 }
 
 template <int32_t TYPE>
-static void linear512(const uint8_t* w, int64_t row_bytes, const Acts& a, int64_t M, int64_t K,
+static void linear512(const uint8_t* w, int64_t row_bytes, const View& a, int64_t M, int64_t K,
                       int64_t N, float* out, int32_t num_threads) {
     #pragma omp parallel for num_threads(num_threads) schedule(static)
     for (int64_t n = 0; n < N; ++n) {
@@ -467,7 +539,7 @@ static void linear512(const uint8_t* w, int64_t row_bytes, const Acts& a, int64_
 #pragma GCC pop_options
 
 template <int32_t TYPE, int ROWS>
-static inline void rows(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t K, float* out,
+static inline void rows(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
                         int64_t N) {
     if constexpr (TYPE == Q4_K) row_k45<false, ROWS>(wrow, a, m0, K, out, N);
     else if constexpr (TYPE == Q5_K) row_k45<true, ROWS>(wrow, a, m0, K, out, N);
@@ -476,7 +548,7 @@ static inline void rows(const uint8_t* wrow, const Acts& a, int64_t m0, int64_t 
 }
 
 template <int32_t TYPE>
-static void linear(const uint8_t* w, int64_t row_bytes, const Acts& a, int64_t M, int64_t K,
+static void linear(const uint8_t* w, int64_t row_bytes, const View& a, int64_t M, int64_t K,
                    int64_t N, float* out, int32_t num_threads) {
     #pragma omp parallel for num_threads(num_threads) schedule(static)
     for (int64_t n = 0; n < N; ++n) {
@@ -497,8 +569,8 @@ extern "C" int32_t agentrt_gguf_int8_isa() {
 }
 
 // out (M, N) = quantized x (M, K) @ w.T for the (N, K) weight of ggml type `type` (row_bytes
-// bytes a row); 0, or -1 for a type without an integer kernel. isa 512 runs the k-quants'
-// AVX-512 VNNI form (the 32-value formats have only the AVX2 one).
+// bytes a row); 0, or -1 for a type without an integer kernel. isa 512 runs the AVX-512 VNNI
+// forms.
 extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int64_t row_bytes,
                                             const float* x, int64_t M, int64_t K, int64_t N,
                                             float* out, int32_t num_threads, int32_t isa) {
@@ -510,22 +582,33 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
         default: return -1;
     }
     quantize(x, M, K, k_quant, a);
-    if (isa == 512 && k_quant) {
-        if (type != Q6_K) reorder45(a, M, K);
-        if (type == Q4_K) linear512<Q4_K>(w, row_bytes, a, M, K, N, out, num_threads);
-        else if (type == Q5_K) linear512<Q5_K>(w, row_bytes, a, M, K, N, out, num_threads);
-        else linear512<Q6_K>(w, row_bytes, a, M, K, N, out, num_threads);
+    if (isa == 512) {
+        if (type == Q4_K || type == Q5_K) reorder45(a, M, K);
+        if (!k_quant) spread32(a, M, K);
+    }
+    const View v = view(a);
+    if (isa == 512) {
+        switch (type) {
+            case Q4_0: linear512<Q4_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q4_1: linear512<Q4_1>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q5_0: linear512<Q5_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q5_1: linear512<Q5_1>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q8_0: linear512<Q8_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q4_K: linear512<Q4_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q5_K: linear512<Q5_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            default: linear512<Q6_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        }
         return 0;
     }
     switch (type) {
-        case Q4_0: linear<Q4_0>(w, row_bytes, a, M, K, N, out, num_threads); break;
-        case Q4_1: linear<Q4_1>(w, row_bytes, a, M, K, N, out, num_threads); break;
-        case Q5_0: linear<Q5_0>(w, row_bytes, a, M, K, N, out, num_threads); break;
-        case Q5_1: linear<Q5_1>(w, row_bytes, a, M, K, N, out, num_threads); break;
-        case Q8_0: linear<Q8_0>(w, row_bytes, a, M, K, N, out, num_threads); break;
-        case Q4_K: linear<Q4_K>(w, row_bytes, a, M, K, N, out, num_threads); break;
-        case Q5_K: linear<Q5_K>(w, row_bytes, a, M, K, N, out, num_threads); break;
-        default: linear<Q6_K>(w, row_bytes, a, M, K, N, out, num_threads); break;
+        case Q4_0: linear<Q4_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        case Q4_1: linear<Q4_1>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        case Q5_0: linear<Q5_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        case Q5_1: linear<Q5_1>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        case Q8_0: linear<Q8_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        case Q4_K: linear<Q4_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        case Q5_K: linear<Q5_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
+        default: linear<Q6_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
     }
     return 0;
 }
