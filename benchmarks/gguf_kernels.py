@@ -8,6 +8,7 @@ GB/s of weight bytes streamed and the fraction of the floor that is.
 
     python benchmarks/gguf_kernels.py                       # the formats users have most
     python benchmarks/gguf_kernels.py --formats Q4_K Q8_0 --size 4096 --seconds 2
+    python benchmarks/gguf_kernels.py --threads 1     # a busy machine: no waits at barriers
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--activations", nargs="+", default=["float32", "int8"])
     parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--min-mb", type=float, default=128, help="weights per format, MB")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     bandwidth = read_bandwidth()
     print(f"threads {torch.get_num_threads()}, read bandwidth {bandwidth:.1f} GB/s (the floor)")
     heads = [f"{a} T={b}" for a in args.activations for b in args.batches]

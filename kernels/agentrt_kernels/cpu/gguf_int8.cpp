@@ -384,6 +384,7 @@ static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
     const __m512i idx[4] = {halves(0, 2), halves(1, 3), halves(4, 6), halves(5, 7)};
     __m512 acc[ROWS];
     __m128 low[ROWS];
+    #pragma GCC unroll 8
     for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), low[i] = _mm_setzero_ps();
     for (int64_t blk = 0; blk < blocks; ++blk) {
         const uint8_t* b = wrow + blk * BYTES;
@@ -398,6 +399,7 @@ static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
         __m512i q[4] = {lo4_512(first), hi4_512(first), lo4_512(second), hi4_512(second)};
         if (FIVE) {
             const __m512i qh = _mm512_broadcast_i64x4(load32(b + 16));
+            #pragma GCC unroll 4
             for (int z = 0; z < 4; ++z) {
                 const int s0 = 2 * (z / 2) * 2 + z % 2;  // sub-blocks s0, s0 + 2
                 const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << s0)),
@@ -407,11 +409,14 @@ static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
             }
         }
         __m512i sc[4];
+        #pragma GCC unroll 4
         for (int z = 0; z < 4; ++z) sc[z] = _mm512_permutexvar_epi16(idx[z], scales);
+        #pragma GCC unroll 8
         for (int i = 0; i < ROWS; ++i) {
             const int64_t at = (m0 + i) * blocks + blk;
             const int8_t* x = &a.q45[at * 256];
             __m512i sum = _mm512_setzero_si512();
+            #pragma GCC unroll 4
             for (int z = 0; z < 4; ++z)
                 sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[z], load64(x + 64 * z)),
                                           sc[z]);
@@ -422,6 +427,7 @@ static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
                 _mm_madd_epi16(mins, sums)), low[i]);
         }
     }
+    #pragma GCC unroll 8
     for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum128(low[i]);
 }
 
@@ -433,6 +439,7 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
     const int64_t blocks = K / 256;
     const __m512i shift_lo = halves(0, 2), shift_hi = halves(4, 6), three = _mm512_set1_epi8(3);
     __m512i idx[4];
+    #pragma GCC unroll 4
     for (int z = 0; z < 4; ++z)
         idx[z] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_set1_epi16((short)(4 * z))),
@@ -441,6 +448,7 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
             _mm_set1_epi16((short)(4 * z + 3)), 1), 1);
     __m512 acc[ROWS];
     __m256 shift[ROWS];
+    #pragma GCC unroll 8
     for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), shift[i] = _mm256_setzero_ps();
     for (int64_t blk = 0; blk < blocks; ++blk) {
         const uint8_t* b = wrow + blk * 210;
@@ -456,11 +464,14 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
             q[2 * h] = _mm512_or_si512(lo4_512(ql), _mm512_slli_epi16(top_lo, 4));
             q[2 * h + 1] = _mm512_or_si512(hi4_512(ql), _mm512_slli_epi16(top_hi, 4));
         }
+        #pragma GCC unroll 4
         for (int z = 0; z < 4; ++z) sc[z] = _mm512_permutexvar_epi16(idx[z], scales);
+        #pragma GCC unroll 8
         for (int i = 0; i < ROWS; ++i) {
             const int64_t at = (m0 + i) * blocks + blk;
             const int8_t* x = &a.q[at * 256];
             __m512i sum = _mm512_setzero_si512();
+            #pragma GCC unroll 4
             for (int z = 0; z < 4; ++z)
                 sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[z], load64(x + 64 * z)),
                                           sc[z]);
@@ -471,6 +482,7 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
                 _mm256_madd_epi16(sc16, sums)), shift[i]);
         }
     }
+    #pragma GCC unroll 8
     for (int i = 0; i < ROWS; ++i)
         out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum(shift[i]);
 }
@@ -484,6 +496,7 @@ static void row32_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K,
     const int64_t blocks = K / 32, pairs = (blocks + 1) / 2;
     __m512 acc[ROWS];
     float offset[ROWS];
+    #pragma GCC unroll 8
     for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), offset[i] = 0.f;
     for (int64_t p = 0; p < pairs; ++p) {
         const uint8_t* b = wrow + 2 * p * B::BYTES;
@@ -497,6 +510,7 @@ static void row32_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K,
         const __mmask64 negative = _mm512_movepi8_mask(q), valid = two ? ~0ull : 0xFFFFFFFFull;
         const float min0 = B::MIN ? half(b + 2) : 0.f;
         const float min1 = B::MIN && two ? half(b + B::BYTES + 2) : 0.f;
+        #pragma GCC unroll 8
         for (int i = 0; i < ROWS; ++i) {
             const int64_t row = m0 + i;
             __m512i x = _mm512_maskz_loadu_epi8(valid, &a.q[row * K + 64 * p]);
@@ -510,6 +524,7 @@ static void row32_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K,
             }
         }
     }
+    #pragma GCC unroll 8
     for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + offset[i];
 }
 
