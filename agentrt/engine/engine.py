@@ -20,7 +20,8 @@ from agentrt.core.openmp import release_openmp_pool
 from agentrt.core.options import RequestOptions
 from agentrt.core.request import Request
 from agentrt.core.sampling_params import SamplingParams
-from agentrt.engine.llm_engine import LLMEngine, StepUpdate
+from agentrt.engine.llm_engine import LLMEngine
+from agentrt.engine.output_processor import StepUpdate, make_update
 from agentrt.engine.outputs import EngineLoad, RequestOutput, StreamDelta
 
 __all__ = ["Engine"]
@@ -223,7 +224,7 @@ class Engine:
             req = self.core.abort(request_id)
             sub = self._subscribers.pop(request_id, None)
             self._wake.notify()
-            update = None if req is None else self.core.update(req, [], "", True)
+            update = None if req is None else make_update(req, [], "", True)
         if update is not None and sub is not None:
             sub(update)
 

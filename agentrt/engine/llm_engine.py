@@ -16,28 +16,28 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from agentrt.attention import get_attention_backend
 from agentrt.config import EngineConfig
-from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 from agentrt.core.kv_tensors import KVCacheTensors
 from agentrt.core.model_info import ModelInfo
 from agentrt.core.options import RequestOptions
-from agentrt.core.outputs import StreamDelta, segment_counters
-from agentrt.core.request import Pause, Request, RequestStatus
+from agentrt.core.request import Request, RequestStatus
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.cuda_graph import DecodeGraphs
 from agentrt.engine.grammar import with_grammar_processor
 from agentrt.engine.model_runner import ModelRunner
+from agentrt.engine.output_processor import OutputProcessor, StepUpdate, make_update
+from agentrt.engine.outputs import EngineStats
+from agentrt.engine.profiling import measure_swap, profile, record_step
 from agentrt.engine.sampler import Sampled, sample
 from agentrt.intercept import CostModel, ForwardTimeFit, Strategy
 from agentrt.kvcache.manager import KVCacheManager
 from agentrt.models import load_model
-from agentrt.scheduler.interceptions import InterceptionManager, InterceptionStats
+from agentrt.scheduler.interceptions import InterceptionManager
 from agentrt.scheduler.jobs import SegmentPredictor
 from agentrt.scheduler.policies import get_policy
 from agentrt.scheduler.scheduler import Scheduler
@@ -48,40 +48,10 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 _counter = itertools.count()
 
 
-@dataclass
-class EngineStats:
-    """Engine-wide counters since start."""
-
-    num_steps: int = 0
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-    num_cached_tokens: int = 0
-    num_preemptions: int = 0
-    num_finished: int = 0
-    num_aborted: int = 0
-    num_recomputed_tokens: int = 0
-    """Tokens computed again after their KV was discarded or evicted during an interception."""
-    forward_seconds: float = 0.0
-    recompute_seconds: float = 0.0
-    """The share of ``forward_seconds`` spent on recomputed tokens (pro rata per step)."""
-    interceptions: InterceptionStats = field(default_factory=InterceptionStats)
-
-
-@dataclass(frozen=True)
-class StepUpdate:
-    """What one step did to one request: the delta its caller sees, made inside the step."""
-
-    request: Request
-    delta: StreamDelta
-    error: Exception | None = None
-    """What failed inside this request's sampling (it is aborted; the others run on)."""
-
-    @property
-    def finished(self) -> bool:
-        return self.delta.finished
-
-
 class LLMEngine:
+    """The engine core: owns the model, the KV pool and the scheduler; one caller at a time
+    (:class:`agentrt.Engine` serializes callers and steps it from its driver thread)."""
+
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.device = torch.device(config.resolved_device)
@@ -95,7 +65,7 @@ class LLMEngine:
         """The last step scheduled nothing although requests wait (they cannot fit yet)."""
         self._init_scheduling()
         if config.profile_on_start:
-            self._profile()
+            profile(self)
         self._init_cuda_graphs()
 
     # --- construction ----------------------------------------------------------------------
@@ -133,12 +103,13 @@ class LLMEngine:
         self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)
+        self.outputs = OutputProcessor(self.tokenizer, self.eos_token_ids, self.max_model_len)
 
     def _init_scheduling(self) -> None:
         c = self.config
         self.fwd_fit = ForwardTimeFit()
         self.cost = CostModel(self.kv_bytes_per_token, fwd_a=0.0, fwd_b=1e-3,
-                              swap_seconds_per_token=self._measure_swap(),
+                              swap_seconds_per_token=measure_swap(self.kv),
                               saturation_tokens=c.max_num_batched_tokens)
         self.interceptions = InterceptionManager(self.kv, c.interception_handling, self.cost)
         self.predictor = SegmentPredictor(self.interceptions.estimator)
@@ -163,41 +134,6 @@ class LLMEngine:
         pad_page = self.kv.pool.allocate(1)[0]  # NOTE: never freed; padded rows write here
         self.runner.graphs = DecodeGraphs(self.model, backend, sizes, pad_page,
                                           self.kv_tensors.num_pages, self.device)
-
-    def _measure_swap(self) -> float:
-        """Seconds per token to copy KV to the host pool (inf without one)."""
-        if self.kv.host is None:
-            return float("inf")
-        n = min(4, self.kv.host.num_pages, self.kv_tensors.num_pages)
-        t0 = time.perf_counter()
-        self.kv.copier.swap_out(self.kv_tensors, self.kv.host, list(range(n)), list(range(n)))
-        self.kv.copier.synchronize()
-        return (time.perf_counter() - t0) / (n * self.config.block_size)
-
-    def _profile(self) -> None:
-        """Fit T_fwd(tokens) on this machine: a warm-up request, then prefill chunks of two
-        sizes and a few decode steps. The engine keeps refining the fit from every step."""
-        vocab, limit = self.model_config.vocab_size, self.max_model_len - 8
-        sizes = [(min(32, limit), 2), (min(128, limit), 3), (min(48, limit), 1)]
-        for k, (n, out) in enumerate(sizes):
-            if k == 1:
-                self.fwd_fit.samples.clear()  # drop the warm-up's one-time costs
-            ids = [(i * 7919 + k * 104729) % vocab for i in range(max(n, 2))]
-            self.add_request(ids, SamplingParams(max_tokens=out, ignore_eos=True),
-                             request_id=f"agentrt-profile-{k}", namespace="agentrt/profile")
-            while self.has_unfinished():
-                self.step()
-        self.clear_prefix_cache()
-        self._refit_cost()
-        self.interceptions.stats = InterceptionStats()
-        self.stats = EngineStats(interceptions=self.interceptions.stats)
-
-    def _refit_cost(self) -> None:
-        a, b, c = self.fwd_fit.coefficients()
-        self.cost = replace(self.cost, fwd_a=a, fwd_b=b, fwd_c=c)
-        self.interceptions.cost = self.cost
-        if hasattr(self.scheduler.policy, "cost"):
-            self.scheduler.policy.cost = self.cost
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -246,7 +182,7 @@ class LLMEngine:
                       keep_kv=opts.keeps_kv, pending_pause=opts.pause,
                       forced_token_ids=deque(self.encode(list(opts.forced_token_ids))),
                       group=opts.group, depth=opts.depth)
-        self._start_segment(req)
+        self.outputs.start_segment(req)
         self.requests[rid] = req
         self.scheduler.add(req)
         return req
@@ -278,14 +214,15 @@ class LLMEngine:
             raise ValueError(f"resuming {request_id!r} would exceed the context "
                              f"({kept + len(ids)} >= {self.max_model_len} tokens)")
         # NOTE: at least one token is computed again, so that the next step samples
-        self._truncate(req, kept, max_computed=kept + len(ids) - 1)
+        if self.kv.truncate(req, kept, max_computed=kept + len(ids) - 1):
+            req.last_is_sampled = False
         self.interceptions.resume(req)
         req.token_ids.extend(ids)
         req.params = params or req.params
         req.keep_kv, req.pending_pause, req.hook = opts.keeps_kv, opts.pause, opts.hook
         req.group, req.depth = opts.group, opts.depth
         req.forced_token_ids = deque(self.encode(list(opts.forced_token_ids)))
-        self._start_segment(req)
+        self.outputs.start_segment(req)
         self.scheduler.add(req)
         return req
 
@@ -365,7 +302,8 @@ class LLMEngine:
                 sampled_reqs.append(req)
             req.num_computed_tokens += chunk.num_tokens
         sampled = sample(logits, sampled_reqs) if sampled_reqs else Sampled([], {})
-        self._record_step(out.num_tokens, time.perf_counter() - t0, recomputed)
+        self._last_batch_tokens = out.num_tokens
+        record_step(self, out.num_tokens, time.perf_counter() - t0, recomputed)
         updates = [self._fail(req, sampled.errors[i]) if i in sampled.errors
                    else self._append(req, tok)
                    for i, (req, tok) in enumerate(zip(sampled_reqs, sampled.token_ids,
@@ -380,95 +318,20 @@ class LLMEngine:
         nearly_full = self.kv.num_free_blocks < self.kv.pool.num_blocks / 10
         return bool(self.scheduler.waiting) or nearly_full
 
-    def _record_step(self, num_tokens: int, seconds: float, recomputed: int) -> None:
-        """Step counters, the online T_fwd fit, and the waste of recomputing: everyone's KV
-        idles while the step spends time on tokens it had computed once already."""
-        self.stats.num_steps += 1
-        self.stats.forward_seconds += seconds
-        self._last_batch_tokens = num_tokens
-        self.fwd_fit.add(num_tokens, seconds)
-        if self.stats.num_steps % 64 == 0:
-            self._refit_cost()
-        if recomputed:
-            stall = seconds * recomputed / num_tokens
-            self.stats.recompute_seconds += stall
-            held = self.scheduler.num_running_tokens
-            self.interceptions.add_waste(None, stall * held * self.cost.kv_bytes_per_token)
-
     def _append(self, req: Request, token: int) -> StepUpdate:
-        if req.forced_token_ids:
-            token = req.forced_token_ids.popleft()
-        if req.stats.first_token_time is None:
-            req.stats.first_token_time = time.monotonic()
-        req.token_ids.append(token)
-        req.num_segment_outputs += 1
-        req.last_is_sampled = True
-        prev = len(req.output_text)
-        req.output_text += req.detok.push([token])
-        reason = self._finish_reason(req, token, prev)
-        action = self._call_hook(req, token)
-        if reason is None and action in ("pause", "abort"):
-            reason = "stop" if action == "pause" else "abort"
-            req.keep_kv = req.keep_kv or action == "pause"
+        reason = self.outputs.append(req, token)
         if reason is not None:
             self.scheduler.remove(req)
             self._finish(req, reason)
-        return self.update(req, [token], self._stream_delta(req), reason is not None)
-
-    def update(self, req: Request, token_ids: list[int], text: str, finished: bool,
-               error: Exception | None = None) -> StepUpdate:
-        """The update (and stream delta, with the segment's counters) of ``req`` now."""
-        prompt, cached, _ = segment_counters(req)
-        delta = StreamDelta(req.request_id, text, token_ids, finished,
-                            req.finish_reason if finished else None, prompt, cached,
-                            req.stop_reason if finished else None)
-        return StepUpdate(req, delta, error)
+        text = self.outputs.stream_text(req)  # NOTE: after _finish: a stop holds nothing back
+        return make_update(req, [req.token_ids[-1]], text, reason is not None)
 
     def _fail(self, req: Request, exc: Exception) -> StepUpdate:
         """Abort ``req`` alone: its logits processor or sampling raised ``exc``."""
         self.scheduler.remove(req)
         self._release(req, "abort")
         req.stop_reason = f"sampling failed: {type(exc).__name__}: {exc}"
-        return self.update(req, [], "", True, error=exc)
-
-    @staticmethod
-    def _call_hook(req: Request, token: int):
-        """The request's hook; one that raises aborts only its own request. A hook answering
-        ``Pause(kind, expected_duration)`` pauses the request for a tool of that kind."""
-        if req.hook is None:
-            return None
-        try:
-            action = req.hook(req, [token])
-        except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the batch
-            req.stop_reason = f"hook raised {type(exc).__name__}: {exc}"
-            return "abort"
-        if isinstance(action, Pause):
-            req.pending_pause = action
-            return "pause"
-        return action
-
-    def _finish_reason(self, req: Request, token: int, prev_len: int):
-        p = req.params
-        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
-            req.stop_reason = token
-            return "stop"
-        if p.stop:
-            hit = find_stop(req.output_text, p.stop, prev_len)
-            if hit is not None:
-                req.output_text = req.output_text[: hit[0]]
-                req.stop_reason = hit[1]
-                return "stop"
-        if req.num_segment_outputs >= p.max_tokens or req.num_tokens >= self.max_model_len:
-            return "length"
-        return None
-
-    def _stream_delta(self, req: Request) -> str:
-        end = len(req.output_text)
-        if not req.status.is_finished and req.status is not RequestStatus.INTERCEPTED:
-            end -= stop_holdback(req.output_text, req.params.stop)
-        delta = req.output_text[req.num_emitted_chars : max(end, req.num_emitted_chars)]
-        req.num_emitted_chars += len(delta)
-        return delta
+        return make_update(req, [], "", True, error=exc)
 
     # --- helpers ---------------------------------------------------------------------------
     def _check_prompt(self, ids: list[int]) -> None:
@@ -480,37 +343,6 @@ class LLMEngine:
         vocab = self.model_config.vocab_size
         if min(ids) < 0 or max(ids) >= vocab:
             raise ValueError(f"token ids must be in [0, {vocab})")
-
-    def _start_segment(self, req: Request) -> None:
-        req.segment_start = req.num_tokens
-        req.segment_prefill_start = req.stats.num_prefill_tokens
-        req.num_segment_outputs = 0
-        req.last_is_sampled = False
-        req.finish_reason = req.stop_reason = None
-        req.output_text, req.num_emitted_chars, req.logprobs = "", 0, []
-        req.detok = IncrementalDetokenizer(
-            self.tokenizer, req.token_ids, skip_special_tokens=req.params.skip_special_tokens)
-
-    def _truncate(self, req: Request, n: int, max_computed: int) -> None:
-        """Keep the first ``n`` tokens and at most ``max_computed`` tokens of KV. A page
-        shared with the prefix cache is never written again, so the kept KV stops at a page
-        boundary when the page holding the first token to compute is shared."""
-        bs = self.config.block_size
-        keep = min(req.num_computed_tokens, n, max_computed)
-        if keep == req.num_computed_tokens and n == req.num_tokens:
-            return  # the plain resume: nothing to roll back
-        page = keep // bs
-        if keep % bs and page < len(req.block_table) and \
-                self.kv.pool.ref_count(req.block_table[page]) > 1:
-            keep = page * bs
-        num_pages = -(-keep // bs)
-        if len(req.block_table) > num_pages:
-            self.kv.pool.decref(req.block_table[num_pages:])
-            del req.block_table[num_pages:]
-        del req.token_ids[n:]
-        req.num_computed_tokens = keep
-        req.recompute_until = min(req.recompute_until, n)
-        req.last_is_sampled = False
 
     def _count_computed(self, req: Request, n: int) -> int:
         """Book ``n`` tokens computed for ``req``; returns how many of them are recomputed."""

@@ -1,4 +1,4 @@
-"""What the engine reports besides the output pair: :class:`EngineLoad`.
+"""What the engine reports besides the output pair: :class:`EngineLoad`, :class:`EngineStats`.
 
 :class:`StreamDelta` and :class:`RequestOutput` live in :mod:`agentrt.core.outputs` (every
 layer uses them) and are re-exported here.
@@ -6,11 +6,12 @@ layer uses them) and are re-exported here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentrt.core.outputs import RequestOutput, StreamDelta
+from agentrt.scheduler.interceptions import InterceptionStats
 
-__all__ = ["EngineLoad", "RequestOutput", "StreamDelta"]
+__all__ = ["EngineLoad", "EngineStats", "RequestOutput", "StreamDelta"]
 
 
 @dataclass(frozen=True)
@@ -29,3 +30,22 @@ class EngineLoad:
         """Share of the KV pool in use by requests (prefix-cache-only blocks count as free)."""
         used = self.num_total_blocks - self.num_free_blocks - self.num_evictable_blocks
         return used / self.num_total_blocks if self.num_total_blocks else 0.0
+
+
+@dataclass
+class EngineStats:
+    """Engine-wide counters since start."""
+
+    num_steps: int = 0
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+    num_finished: int = 0
+    num_aborted: int = 0
+    num_recomputed_tokens: int = 0
+    """Tokens computed again after their KV was discarded or evicted during an interception."""
+    forward_seconds: float = 0.0
+    recompute_seconds: float = 0.0
+    """The share of ``forward_seconds`` spent on recomputed tokens (pro rata per step)."""
+    interceptions: InterceptionStats = field(default_factory=InterceptionStats)

@@ -3,7 +3,8 @@
 It owns the device block pool, the radix prefix cache and the host pool, and keeps each
 request's block table consistent with them. The scheduler calls, in this order:
 ``match_prefix`` once when a request is first admitted, ``allocate`` before every step that
-computes tokens for it, and ``free`` when it finishes, is preempted or is aborted.
+computes tokens for it, and ``free`` when it finishes, is preempted or is aborted; the
+engine calls ``truncate`` when a paused request resumes from an earlier point (a seam).
 ``swap_out``/``swap_in`` move a paused request's KV to the host pool and back, through a
 :class:`~agentrt.kvcache.transfer.PageCopier` (on CUDA: a side stream; the device pages of a
 swap-out stay allocated until its copy has completed, see :meth:`reap`).
@@ -115,6 +116,32 @@ class KVCacheManager:
         self.free(req, cache=True)
         req.num_computed_tokens = 0
         self.discard_swapped(req)
+
+    def truncate(self, req: Request, num_tokens: int, max_computed: int) -> bool:
+        """Roll ``req`` back to its first ``num_tokens`` tokens, keeping at most
+        ``max_computed`` tokens of KV; returns False when there is nothing to roll back.
+
+        Mutates ``req.token_ids``, ``block_table``, ``num_computed_tokens`` and
+        ``recompute_until``; the pages past the kept KV are released. A page shared with the
+        prefix cache is never written again, so the kept KV stops at a page boundary when
+        the page holding the first token to compute is shared.
+        """
+        bs = self.block_size
+        keep = min(req.num_computed_tokens, num_tokens, max_computed)
+        if keep == req.num_computed_tokens and num_tokens == req.num_tokens:
+            return False  # the plain resume: nothing to roll back
+        page = keep // bs
+        if keep % bs and page < len(req.block_table) and \
+                self.pool.ref_count(req.block_table[page]) > 1:
+            keep = page * bs
+        num_pages = -(-keep // bs)
+        if len(req.block_table) > num_pages:
+            self.pool.decref(req.block_table[num_pages:])
+            del req.block_table[num_pages:]
+        del req.token_ids[num_tokens:]
+        req.num_computed_tokens = keep
+        req.recompute_until = min(req.recompute_until, num_tokens)
+        return True
 
     # --- host tier -------------------------------------------------------------------------
     def can_swap_out(self, req: Request) -> bool:
