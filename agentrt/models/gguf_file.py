@@ -17,11 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from agentrt.models.config import UnsupportedModelError
+
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
 
 __all__ = ["GGUF_ARCHITECTURES", "GGUFFile", "GGUFTensor"]
 
@@ -42,8 +45,8 @@ class GGUFTensor:
     path: Path
     name: str
     """The tensor's name in the file (``blk.0.attn_q.weight``)."""
-    qtype: Any
-    """Its block format, a ``gguf.GGMLQuantizationType``."""
+    qtype: GGMLQuantizationType
+    """Its block format."""
     shape: tuple[int, ...]
     """Row-major, outermost first as torch and Hugging Face write it: (out, in) for a matrix."""
     offset: int

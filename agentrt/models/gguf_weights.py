@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,13 +22,17 @@ from agentrt.models.gguf_file import GGUFFile, GGUFTensor
 from agentrt.models.linear import Linear
 from agentrt.models.weights import ConcatLinear, Embedding
 
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
+
 __all__ = ["BlockEmbedding", "GGUFWeights"]
 
 
 class BlockEmbedding:
     """An embedding lookup in a table kept in GGUF blocks: each looked-up row is dequantized."""
 
-    def __init__(self, raw: torch.Tensor, qtype, shape: tuple[int, int]) -> None:
+    def __init__(self, raw: torch.Tensor, qtype: GGMLQuantizationType,
+                 shape: tuple[int, int]) -> None:
         self.raw, self.qtype, self.shape = raw, qtype, shape
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
