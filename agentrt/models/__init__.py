@@ -78,12 +78,13 @@ def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float
 
         if dtype != torch.float32:
             raise ValueError("quantization='gguf' computes in float32; use dtype='float32'")
-        weights = GGUFWeights(GGUFFile(path), device)  # refuses formats it cannot run
+        weights = GGUFWeights(GGUFFile(path), device)  # refuses what it cannot run, first
         folder = gguf_folder(path)
+        config = ModelConfig.from_folder(folder)
     else:
         folder = path if path.is_dir() else gguf_folder(path, weights=True)
+        config = ModelConfig.from_folder(folder)  # refuses other architectures, first
         weights = FloatWeights(_read_safetensors(folder), dtype, quantization, device)
-    config = ModelConfig.from_folder(folder)
     net = LlamaModel(config, weights, dtype, fused_ops, device)
     return LoadedModel(folder, config, net, load_tokenizer(folder), quantization)
 
