@@ -133,7 +133,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     completions, models, health, Prometheus metrics) on the local engine, and SGLang's native
     API (/generate, sessions, /abort_request) with the endpoints sglang-router needs from a
     worker. Concurrent clients share the engine's continuous batching; a client that
-    disconnects frees its request."""
+    disconnects frees its request. With --backend sglang --backend-url URL it fronts an
+    SGLang server or router instead: chat templates, tool calls, grammars and both APIs
+    here, the tokens there (no pause in place; KV gauges from the backend's /get_load)."""
     try:
         from agentrt.server import serve
     except ImportError as exc:
@@ -142,11 +144,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"agentrt: error: `agentrt serve` needs {exc.name}: "
               "pip install 'agentrt[server]'", file=sys.stderr)
         return 2
-    serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
-          log_level=args.log_level, device=args.device, dtype=args.dtype,
-          quantization=args.quantization,
-          max_num_seqs=args.max_batch,
-          kv_cache_gb=args.kv_cache_gb)
+    if (args.backend == "local") == (args.backend_url is not None):
+        print("agentrt: error: --backend-url goes with --backend sglang (and it needs one)",
+              file=sys.stderr)
+        return 2
+    engine_options = {} if args.backend != "local" else dict(
+        device=args.device, dtype=args.dtype, quantization=args.quantization,
+        max_num_seqs=args.max_batch, kv_cache_gb=args.kv_cache_gb)
+    try:
+        serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
+              log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,
+              **engine_options)
+    except ConnectionError as exc:
+        print(f"agentrt: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -162,6 +173,10 @@ _SERVE_EPILOG = """examples:
   client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x")
   client.chat.completions.create(model="SmolLM2-135M-Instruct",
                                  messages=[{"role": "user", "content": "Hi"}])
+
+  # a front server for an SGLang server or router (tokenizer from its /model_info path,
+  # or from --model): chat templates, tool calls and grammars here, the tokens there
+  agentrt serve --port 8000 --backend sglang --backend-url http://127.0.0.1:30000
 
   # several workers behind SGLang's router (pip install sglang-router), cache-aware:
   agentrt serve --port 8001 & agentrt serve --port 8002 &
@@ -183,6 +198,14 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
+    g.add_argument("--backend", default="local", choices=["local", "sglang"],
+                   help="where the tokens come from: local (this process's engine, the "
+                        "default) or sglang (the SGLang server or router at --backend-url; "
+                        "--model then only says where its tokenizer is, if the server's "
+                        "own model path is not on this machine)")
+    g.add_argument("--backend-url", default=None, metavar="URL",
+                   help="the SGLang server or router for --backend sglang, e.g. "
+                        "http://127.0.0.1:30000")
     _add_model_group(p)
     g = p.add_argument_group("engine")
     g.add_argument("--max-batch", type=_positive_int, default=64,

@@ -2,8 +2,9 @@
 SGLang's native API (:mod:`.native`) with the worker endpoints sglang-router uses
 (:mod:`.worker`).
 
-:func:`create_app` wires one engine into an app; it neither starts nor stops the engine
-(:func:`agentrt.server.serve` does both), so tests and embedders can bring their own.
+:func:`create_app` wires one engine — or any backend, e.g. an SGLang server this one fronts —
+into an app; it neither starts nor stops it (:func:`agentrt.server.serve` does both), so tests
+and embedders can bring their own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agentrt.server.protocol import ModelCard, ModelList
 from agentrt.server.state import ServerState, State
 
 if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
     from agentrt.engine.engine import Engine
 
 __all__ = ["create_app"]
@@ -32,17 +34,21 @@ _COUNTED = frozenset({chat.ENDPOINT, completions.ENDPOINT, "/v1/models", *native
 router = APIRouter()
 
 
-def create_app(engine: Engine, *, model_names: Sequence[str] = ()) -> FastAPI:
-    """An OpenAI-compatible app serving ``engine``.
+def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
+               backend_url: str | None = None) -> FastAPI:
+    """An OpenAI-compatible app serving ``target``: an engine, or a backend.
 
     ``model_names``: the names clients pass as ``model`` and ``/v1/models`` lists (default:
-    the model's short name, e.g. ``SmolLM2-135M-Instruct``).
+    the model's short name, e.g. ``SmolLM2-135M-Instruct``). ``backend_url``: the server a
+    remote backend talks to, whose load ``/metrics`` and ``/get_load`` report.
     """
-    state = ServerState.of(engine, model_names)
+    state = ServerState.of(target, model_names, backend_url=backend_url)
+    where = "agentrt's local engine" if state.engine is not None else \
+        f"a {state.backend.name} backend"
     app = FastAPI(title="agentrt", version=__version__,
-                  description="OpenAI-compatible API on agentrt's local engine.")
+                  description=f"OpenAI-compatible API on {where}.")
     app.state.agentrt = state
-    app.state.native = NativeState(engine)
+    app.state.native = NativeState(state.backend)
     install_error_handlers(app, lambda request, status: _count(state, request, status))
     app.include_router(chat.router)
     app.include_router(completions.router)

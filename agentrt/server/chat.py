@@ -3,10 +3,10 @@
 :mod:`agentrt.chat` does the work every front end shares — rendering the messages and tools
 with the model's template, grammar-constraining tool calls and ``response_format``, parsing
 ``<tool_call>`` blocks out of the stream. This module only maps the wire format: a request
-to :func:`~agentrt.chat.prepare_chat` options, and a :class:`~agentrt.chat.ChatProgress` to
-one ``chat.completion`` or to ``chat.completion.chunk`` events, tool calls streamed as
-OpenAI's ``tool_calls`` deltas (id, type and name in a call's first delta, then fragments
-of the arguments JSON).
+to :func:`~agentrt.chat.prepare_chat` options on the server's backend, and a
+:class:`~agentrt.chat.ChatProgress` to one ``chat.completion`` or to ``chat.completion.chunk``
+events (a :class:`~agentrt.server.run.Run`), tool calls streamed as OpenAI's ``tool_calls``
+deltas (id, type and name in a call's first delta, then fragments of the arguments JSON).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Iterable
 from functools import partial
 from typing import Any
 
@@ -23,7 +22,8 @@ import anyio
 from fastapi import APIRouter, Request
 
 from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepare_chat
-from agentrt.server.errors import APIError, check_context, rejected_as_400
+from agentrt.core.outputs import StreamDelta
+from agentrt.server.errors import APIError, check_context
 from agentrt.server.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -36,8 +36,9 @@ from agentrt.server.protocol import (
     ToolCall,
     Usage,
 )
+from agentrt.server.run import Event, Run
 from agentrt.server.state import ServerState, State
-from agentrt.server.streaming import DONE, cancel_on_disconnect, sse, start_stream
+from agentrt.server.streaming import cancel_on_disconnect, start_stream
 
 __all__ = ["ChatRun", "router"]
 
@@ -51,10 +52,11 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     """Answer a conversation, whole or streamed (``stream: true``)."""
     started = time.monotonic()
     model = state.resolve_model(body.model)
-    run = ChatRun(await _prepare(state, body), model, state, started)
+    run = ChatRun(await _prepare(state, body), model, state, started,
+                  include_usage=body.include_usage)
     counted = partial(state.metrics.count, ENDPOINT)
     if body.stream:
-        return await start_stream(run.events(body.include_usage), on_end=counted)
+        return await start_stream(run.events(), on_end=counted)
     return await cancel_on_disconnect(request, run.complete(), on_end=counted)
 
 
@@ -64,7 +66,7 @@ async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     tools = [t.model_dump(exclude_none=True) for t in body.tools or ()]
     prepare = partial(
-        prepare_chat, state.engine, messages, tools=tools, tool_choice=body.tool_choice,
+        prepare_chat, state.backend, messages, tools=tools, tool_choice=body.tool_choice,
         response_format=body.output_format, parallel_tool_calls=bool(body.parallel_tool_calls),
         stop=body.stops, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
         seed=body.seed, max_tokens=body.output_limit or state.max_model_len,
@@ -80,49 +82,50 @@ async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
     return call
 
 
-class ChatRun:
-    """One chat completion in flight: the engine call, its progress, its OpenAI answers."""
+class ChatRun(Run):
+    """One chat completion in flight: the chat call, its progress, its OpenAI answers."""
 
-    def __init__(self, call: ChatCall, model: str, state: ServerState, started: float) -> None:
+    def __init__(self, call: ChatCall, model: str, state: ServerState, started: float, *,
+                 include_usage: bool = False) -> None:
+        super().__init__(state, started)
         self.call = call
         self.model = model
-        self.state = state
-        self.started = started
+        self.include_usage = include_usage
         self.progress = ChatProgress(call)
         self.created = int(time.time())
+        self._piece: StreamPiece | None = None
 
-    async def pieces(self) -> AsyncIterator[StreamPiece]:
-        """What each engine delta completed (closing this aborts the request)."""
-        deltas = self.state.metrics.observe(rejected_as_400(arun_deltas(self.call)),
-                                            self.progress.num_prompt_tokens, self.started)
-        async with aclosing(deltas):
-            async for delta in deltas:
-                yield self.progress.feed(delta)
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.progress.num_prompt_tokens
 
-    async def complete(self) -> ChatCompletion:
-        """Run to the end; the whole answer."""
-        async with aclosing(self.pieces()) as pieces:
-            async for _ in pieces:
-                pass
+    def source(self) -> AsyncIterator[StreamDelta]:
+        return arun_deltas(self.call)
+
+    def add(self, delta: StreamDelta) -> None:
+        self._piece = self.progress.feed(delta)
+
+    def answer(self) -> ChatCompletion:
         choice = ChatChoice(message=self.message(), finish_reason=self.finish_reason)
         return ChatCompletion(id=self.call.request_id, created=self.created, model=self.model,
                               choices=[choice], usage=self.usage())
 
-    async def events(self, include_usage: bool) -> AsyncIterator[str]:
-        """The answer as server-sent ``chat.completion.chunk`` events, ``[DONE]`` last."""
-        is_first = True
-        async with aclosing(self.pieces()) as pieces:
-            async for piece in pieces:
-                if is_first:  # NOTE: after the first delta, so a rejected request is a 400
-                    yield sse(self.chunk(DeltaMessage(role="assistant", content="")))
-                    is_first = False
-                if piece:
-                    yield sse(self.chunk(_delta(piece)))
-        yield sse(self.chunk(DeltaMessage(), self.finish_reason))
-        if include_usage:
-            yield sse(ChatCompletionChunk(id=self.call.request_id, created=self.created,
-                                          model=self.model, choices=[], usage=self.usage()))
-        yield DONE
+    def events_of(self, delta: StreamDelta) -> Iterable[Event]:
+        if self._piece is None:
+            return
+        if not self._started_stream:  # NOTE: after the first delta, so a rejection is a 400
+            self._started_stream = True
+            yield self.chunk(DeltaMessage(role="assistant", content=""))
+        if self._piece:
+            yield self.chunk(_delta(self._piece))
+
+    _started_stream = False
+
+    def final_events(self) -> Iterable[Event]:
+        yield self.chunk(DeltaMessage(), self.finish_reason)
+        if self.include_usage:
+            yield ChatCompletionChunk(id=self.call.request_id, created=self.created,
+                                      model=self.model, choices=[], usage=self.usage())
 
     def chunk(self, delta: DeltaMessage, finish_reason: str | None = None
               ) -> ChatCompletionChunk:

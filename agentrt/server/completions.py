@@ -1,4 +1,4 @@
-"""``POST /v1/completions``: the legacy text completion API, straight onto the engine.
+"""``POST /v1/completions``: the legacy text completion API, straight onto the backend.
 
 The prompt is raw text or token ids (no chat template), one or several; several prompts are
 generated together (continuous batching) and answered as one choice each. A stream takes
@@ -10,20 +10,22 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Iterable
 from functools import partial
 from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
 
+from agentrt.backends.call import Call
+from agentrt.core.options import RequestOptions
+from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
-from agentrt.engine.outputs import StreamDelta
-from agentrt.server.errors import APIError, check_context, rejected_as_400
+from agentrt.server.errors import APIError, check_context
 from agentrt.server.protocol import Completion, CompletionChoice, CompletionRequest, Usage
+from agentrt.server.run import Event, Run
 from agentrt.server.state import ServerState, State
-from agentrt.server.streaming import DONE, cancel_on_disconnect, sse, start_stream
+from agentrt.server.streaming import cancel_on_disconnect, start_stream
 
 __all__ = ["CompletionRun", "router"]
 
@@ -40,18 +42,19 @@ async def create_completion(body: CompletionRequest, request: Request,
     if body.stream and len(body.prompts) != 1:
         raise APIError(400, "a streamed completion takes one prompt", param="prompt")
     params = _params(body)
-    encode = state.engine.core.encode
-    prompts = await anyio.to_thread.run_sync(lambda: [encode(p) for p in body.prompts])
+    prompts = await anyio.to_thread.run_sync(
+        lambda: [p if isinstance(p, list) else state.encode(p) for p in body.prompts])
     response_id = f"cmpl-{uuid.uuid4().hex[:24]}"
     for ids in prompts:
         check_context(state.max_model_len, len(ids), body.max_tokens, param="max_tokens",
                       chat=False)
-    runs = [CompletionRun(state, ids, params, f"{response_id}-{i}", started, index=i)
+    runs = [CompletionRun(state, ids, params, f"{response_id}-{i}", started, index=i,
+                          response_id=response_id, model=model,
+                          include_usage=body.include_usage)
             for i, ids in enumerate(prompts)]
     counted = partial(state.metrics.count, ENDPOINT)
     if body.stream:
-        events = runs[0].events(response_id, model, body.include_usage)
-        return await start_stream(events, on_end=counted)
+        return await start_stream(runs[0].events(), on_end=counted)
     return await cancel_on_disconnect(request, _complete(runs, response_id, model),
                                       on_end=counted)
 
@@ -78,39 +81,40 @@ async def _complete(runs: list[CompletionRun], response_id: str, model: str) -> 
                       usage=usage)
 
 
-class CompletionRun:
-    """One prompt's generation in flight."""
+class CompletionRun(Run):
+    """One prompt's generation in flight (one choice of the answer)."""
 
     def __init__(self, state: ServerState, prompt_ids: list[int], params: SamplingParams,
-                 request_id: str, started: float, index: int = 0) -> None:
-        self.state = state
+                 request_id: str, started: float, index: int = 0, *, response_id: str = "",
+                 model: str = "", include_usage: bool = False) -> None:
+        super().__init__(state, started)
         self.prompt_ids = prompt_ids
-        self.params = params
-        self.request_id = request_id
-        self.started = started
+        self.call = Call(state.backend, prompt_ids, params,
+                         options=RequestOptions(request_id=request_id))
         self.index = index
+        self.response_id = response_id
+        self.model = model
+        self.include_usage = include_usage
+        self.created = int(time.time())
         self.text: list[str] = []
         self.num_output_tokens = 0
         self.finish_reason: str | None = None
 
-    async def deltas(self) -> AsyncIterator[StreamDelta]:
-        """The engine's deltas (closing this aborts the request)."""
-        source = self.state.engine.astream(self.prompt_ids, self.params,
-                                           request_id=self.request_id)
-        deltas = self.state.metrics.observe(rejected_as_400(source), len(self.prompt_ids),
-                                            self.started)
-        async with aclosing(deltas):
-            async for delta in deltas:
-                self.text.append(delta.text)
-                self.num_output_tokens += len(delta.token_ids)
-                if delta.finished:
-                    self.finish_reason = delta.finish_reason
-                yield delta
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
 
-    async def complete(self) -> None:
-        async with aclosing(self.deltas()) as deltas:
-            async for _ in deltas:
-                pass
+    def source(self) -> AsyncIterator[StreamDelta]:
+        return self.call.astream()
+
+    def add(self, delta: StreamDelta) -> None:
+        self.text.append(delta.text)
+        self.num_output_tokens += len(delta.token_ids)
+        if delta.finished:
+            self.finish_reason = delta.finish_reason
+
+    def answer(self) -> CompletionChoice:
+        return self.choice()
 
     def choice(self, text: str | None = None, finish_reason: str | None = None
                ) -> CompletionChoice:
@@ -119,19 +123,17 @@ class CompletionRun:
             text, finish_reason = "".join(self.text), self.finish_reason or "stop"
         return CompletionChoice(index=self.index, text=text, finish_reason=finish_reason)
 
-    async def events(self, response_id: str, model: str, include_usage: bool
-                     ) -> AsyncIterator[str]:
-        """The completion as server-sent ``text_completion`` chunks, ``[DONE]`` last."""
-        created = int(time.time())
-        async with aclosing(self.deltas()) as deltas:
-            async for delta in deltas:
-                if delta.text or delta.finished:
-                    reason = (delta.finish_reason or "stop") if delta.finished else None
-                    choice = self.choice(delta.text, reason)
-                    yield sse(Completion(id=response_id, created=created, model=model,
-                                         choices=[choice]))
-        if include_usage:
+    def events_of(self, delta: StreamDelta) -> Iterable[Event]:
+        if delta.text or delta.finished:
+            reason = (delta.finish_reason or "stop") if delta.finished else None
+            yield self._completion([self.choice(delta.text, reason)])
+
+    def final_events(self) -> Iterable[Event]:
+        if self.include_usage:
             usage = Usage.of(len(self.prompt_ids), self.num_output_tokens)
-            yield sse(Completion(id=response_id, created=created, model=model, choices=[],
-                                 usage=usage))
-        yield DONE
+            yield self._completion([], usage)
+
+    def _completion(self, choices: list[CompletionChoice], usage: Usage | None = None
+                    ) -> Completion:
+        return Completion(id=self.response_id, created=self.created, model=self.model,
+                          choices=choices, usage=usage)

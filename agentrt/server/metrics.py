@@ -9,6 +9,11 @@ blocks — free + evictable == total exactly when no request holds KV, which is 
 server's leak tests assert after clients disconnect — and the engine's own token counters,
 among them prefix-cache hits (which worker of several served a shared prefix shows there).
 Each app has its own registry, so two apps in one process do not collide.
+
+A server fronting a remote backend (``agentrt serve --backend sglang``) has no engine: its
+request and KV gauges are proxied from the backend server's ``GET /get_load`` (SGLang's
+load report: requests, waiting requests, KV tokens held and in all; the page size from
+``/server_info``), with no evictable blocks and none of the engine's token counters.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
+import httpx
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -61,10 +67,45 @@ class _EngineCollector:
             yield CounterMetricFamily(name, doc, value=getattr(stats, field))
 
 
-class ServerMetrics:
-    """The metrics of one app, in a registry of its own."""
+class _RemoteLoadCollector:
+    """The gauges of :class:`_EngineCollector`, from a remote server's ``/get_load``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._page_size: int | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            load = self._get("/get_load")
+            page = self._page_size or int(self._get("/server_info").get("page_size") or 1)
+        except (httpx.HTTPError, ValueError, TypeError):
+            return  # NOTE: the backend is down or says nothing: no gauges rather than lies
+        self._page_size = page
+        ranks = load if isinstance(load, list) else [load]
+        values = {
+            "num_running": sum(r["num_reqs"] - r.get("num_waiting_reqs", 0) for r in ranks),
+            "num_waiting": sum(r.get("num_waiting_reqs", 0) for r in ranks),
+            "num_free_blocks": sum(r["max_total_num_tokens"] - r["num_tokens"]
+                                   for r in ranks) // page,
+            "num_evictable_blocks": 0,
+            "num_total_blocks": sum(r["max_total_num_tokens"] for r in ranks) // page,
+        }
+        for name, field, doc in _EngineCollector._GAUGES:
+            yield GaugeMetricFamily(name, f"{doc} (the backend's /get_load)",
+                                    value=values[field])
+
+    def _get(self, path: str):
+        response = httpx.get(self.url + path, timeout=self.timeout)
+        response.raise_for_status()
+        return response.json()
+
+
+class ServerMetrics:
+    """The metrics of one app, in a registry of its own: the engine's gauges when it has
+    one, else those a remote backend at ``backend_url`` reports (else none)."""
+
+    def __init__(self, engine: Engine | None, backend_url: str | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("agentrt_requests", "HTTP requests by endpoint and status.",
@@ -82,7 +123,10 @@ class ServerMetrics:
         self.latency = Histogram("agentrt_e2e_request_latency_seconds",
                                  "From request arrival to the last generated token.",
                                  buckets=_LATENCY_BUCKETS, registry=r)
-        r.register(_EngineCollector(engine))
+        if engine is not None:
+            r.register(_EngineCollector(engine))
+        elif backend_url is not None:
+            r.register(_RemoteLoadCollector(backend_url))
 
     def count(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()

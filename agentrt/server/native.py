@@ -1,4 +1,4 @@
-"""SGLang's native generation API on agentrt's engine (SGLang 0.5.8's shapes).
+"""SGLang's native generation API on the server's backend (SGLang 0.5.8's shapes).
 
 - ``POST /generate``: ``text`` or ``input_ids``, ``sampling_params``, ``rid``, ``stream``,
   ``session_params``; answers ``{"text", "output_ids", "meta_info"}`` where ``meta_info``
@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Iterable
 from functools import partial
 from typing import Any
 
@@ -31,10 +30,11 @@ import anyio
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from agentrt.backends.engine_call import EngineCall
+from agentrt.backends.call import Call
+from agentrt.core.options import RequestOptions
+from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
-from agentrt.engine.outputs import StreamDelta
-from agentrt.server.errors import APIError, rejected_as_400
+from agentrt.server.errors import APIError
 from agentrt.server.native_protocol import (
     AbortRequest,
     CloseSessionRequest,
@@ -43,8 +43,9 @@ from agentrt.server.native_protocol import (
     OpenSessionRequest,
 )
 from agentrt.server.native_sessions import Native, NativeSession, NativeState
+from agentrt.server.run import Event, Run
 from agentrt.server.state import ServerState, State
-from agentrt.server.streaming import DONE, cancel_on_disconnect, sse, start_stream
+from agentrt.server.streaming import cancel_on_disconnect, start_stream
 
 __all__ = ["ENDPOINTS", "NativeRun", "router"]
 
@@ -98,7 +99,7 @@ async def _prepare(state: ServerState, native: NativeState, body: GenerateReques
     ids = body.input_ids
     if ids is None:
         text = body.text or ""
-        ids = await anyio.to_thread.run_sync(lambda: state.engine.core.encode(text))
+        ids = await anyio.to_thread.run_sync(lambda: state.encode(text))
     rid = body.rid or uuid.uuid4().hex
     if rid in native.running:
         raise APIError(400, f"rid {rid!r} is already in use", param="rid")
@@ -128,55 +129,46 @@ def _check_context(state: ServerState, num_prompt_tokens: int,
                         "within the limit.", param="sampling_params.max_new_tokens")
 
 
-class NativeRun:
-    """One ``/generate`` in flight: engine deltas → SGLang's answers."""
+class NativeRun(Run):
+    """One ``/generate`` in flight: backend deltas → SGLang's answers."""
 
     def __init__(self, state: ServerState, native: NativeState, rid: str,
                  prompt_ids: list[int], params: SamplingParams, started: float, *,
                  session: NativeSession | None = None, parent: str | None = None,
                  no_stop_trim: bool = False) -> None:
-        self.state = state
+        super().__init__(state, started)
         self.native = native
         self.rid = rid
         self.params = params
-        self.started = started
         self.session = session
         self.parent = parent
         self.no_stop_trim = no_stop_trim
-        self.call = EngineCall(state.engine, prompt_ids, params, request_id=rid,
-                               session=None if session is None else session.session)
+        self.call = Call(state.backend, prompt_ids, params,
+                         session=None if session is None else session.session,
+                         options=RequestOptions(request_id=rid))
         self.text = ""
         self.output_ids: list[int] = []
         self.finish_reason: str | None = None
 
-    async def deltas(self) -> AsyncIterator[StreamDelta]:
-        """The engine's deltas (closing this aborts the request)."""
-        self.native.running[self.rid] = self.call.abort
-        source = rejected_as_400(self.call.astream())
-        deltas = self.state.metrics.observe(source, len(self.call.prompt_ids), self.started)
-        try:
-            async with aclosing(deltas):
-                async for delta in deltas:
-                    self._add(delta)
-                    yield delta
-        finally:
-            self.native.running.pop(self.rid, None)
-            if self.session is not None:
-                self.session.is_active = False
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.call.prompt_ids)
 
-    async def complete(self) -> dict[str, Any]:
-        """Run to the end; the whole answer."""
-        async with aclosing(self.deltas()) as deltas:
-            async for _ in deltas:
-                pass
+    def source(self) -> AsyncIterator[StreamDelta]:
+        self.native.running[self.rid] = self.call.abort
+        return self.call.astream()
+
+    def on_end(self) -> None:
+        self.native.running.pop(self.rid, None)
+        if self.session is not None:
+            self.session.is_active = False
+
+    def answer(self) -> dict[str, Any]:
         return self.output()
 
-    async def events(self) -> AsyncIterator[str]:
-        """The answer so far after every step, as ``data:`` events; ``[DONE]`` last."""
-        async with aclosing(self.deltas()) as deltas:
-            async for _ in deltas:
-                yield sse(self.output())
-        yield DONE
+    def events_of(self, delta: StreamDelta) -> Iterable[Event]:
+        """The answer so far after every delta (SGLang streams cumulative outputs)."""
+        yield self.output()
 
     def output(self) -> dict[str, Any]:
         return {"text": self.text, "output_ids": list(self.output_ids),
@@ -194,13 +186,13 @@ class NativeRun:
             meta["e2e_latency"] = time.monotonic() - self.started
         return meta
 
-    def _add(self, delta: StreamDelta) -> None:
+    def add(self, delta: StreamDelta) -> None:
         self.text += delta.text
         self.output_ids.extend(delta.token_ids)
         if not delta.finished:
             return
         self.finish_reason = delta.finish_reason or "stop"
-        matched = self.call.stop_reason
+        matched = self.call.matched_stop
         if self.no_stop_trim and self.finish_reason == "stop" and isinstance(matched, str):
             self.text += matched
         if self.session is not None and self.finish_reason in ("stop", "length"):
@@ -209,7 +201,7 @@ class NativeRun:
     def _finish_json(self) -> dict[str, Any] | None:
         reason = self.finish_reason
         if reason == "stop":
-            return {"type": "stop", "matched": self.call.stop_reason}
+            return {"type": "stop", "matched": self.call.matched_stop}
         if reason == "length":
             return {"type": "length", "length": self.params.max_tokens}
         if reason == "abort":

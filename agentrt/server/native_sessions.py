@@ -5,8 +5,9 @@ request names the one it continues (``session_params.rid``) and its context is t
 request's prompt and output, cut at ``offset`` if given, plus its own ``input_ids`` (a
 leading BOS dropped); the server finds the earlier KV in its radix tree, if not evicted.
 
-Here a session is one engine request, paused between calls with its KV held, and each call
-resumes it with what the new context adds — the previous call's output is already in it.
+Here a session is one :class:`agentrt.session.Session` on the server's backend — on the local
+engine, one engine request paused between calls with its KV held — and each call sends what
+the new context adds: the previous call's output is already in it.
 Continuing an older request instead (a branch) rolls the request back to the shared prefix
 and computes the rest: the contexts are recorded per request, as token ids.
 
@@ -25,7 +26,7 @@ from agentrt.server.errors import APIError
 from agentrt.session import Session
 
 if TYPE_CHECKING:
-    from agentrt.engine.engine import Engine
+    from agentrt.backends.base import Backend
     from agentrt.server.native_protocol import SessionParams
 
 __all__ = ["Native", "NativeSession", "NativeState", "get_native"]
@@ -41,14 +42,14 @@ class _Turn:
 
 
 class NativeSession:
-    """One open session: its engine request (via :class:`Session`) and its requests' turns."""
+    """One open session: its backend session (via :class:`Session`) and its requests' turns."""
 
-    def __init__(self, engine: Engine, session_id: str, capacity_of_str_len: int) -> None:
+    def __init__(self, backend: Backend, session_id: str, capacity_of_str_len: int) -> None:
         self.session_id = session_id
         self.capacity_of_str_len = capacity_of_str_len
-        self.session = Session(engine)  # NOTE: shares the prefix cache with every request
+        self.session = Session(backend)  # NOTE: shares the prefix cache with every request
         self.turns: dict[str, _Turn] = {}
-        self.bos_token_id = engine.tokenizer.bos_token_id
+        self.bos_token_id = backend.tokenizer.bos_token_id
         self.is_active = False
         """A request of the session is in flight (set by :meth:`prompt_for`)."""
 
@@ -103,7 +104,7 @@ class NativeSession:
 class NativeState:
     """The native API's state in one app: open sessions, requests in flight."""
 
-    engine: Engine
+    backend: Backend
     sessions: dict[str, NativeSession] = field(default_factory=dict)
     running: dict[str, Callable[[], None]] = field(default_factory=dict)
     """rid → how to abort it."""
@@ -112,7 +113,7 @@ class NativeState:
         if session_id in self.sessions:
             raise APIError(400, "Failed to open the session. Check if a session with the "
                                 "same id is still open.", param="session_id")
-        self.sessions[session_id] = NativeSession(self.engine, session_id,
+        self.sessions[session_id] = NativeSession(self.backend, session_id,
                                                   capacity_of_str_len)
         return session_id
 

@@ -1,6 +1,10 @@
-"""What every endpoint shares: the one engine, the served model names, the metrics.
+"""What every endpoint shares: the one backend, the served model names, the metrics.
 
-One :class:`agentrt.Engine` per server process; its continuous batching serves all clients.
+Every endpoint generates through one :class:`~agentrt.backends.base.Backend`: the local
+engine's (one :class:`agentrt.Engine` per server process, whose continuous batching serves
+all clients), or an SGLang server's / router's (``agentrt serve --backend sglang``), for which
+this server renders chats, parses tool calls and keeps the OpenAI and native APIs. Only the
+local engine has a load to report and a prefix cache to flush (:attr:`ServerState.engine`).
 A request's ``model`` must be one of the served names, but matching is lenient: case does
 not matter, an ``org/`` prefix is ignored (``HuggingFaceTB/SmolLM2-135M-Instruct`` works),
 the ``--model`` value as typed works too, and an omitted ``model`` means the served model.
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -21,6 +25,7 @@ from agentrt.server.errors import APIError
 from agentrt.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
     from agentrt.engine.engine import Engine
 
 __all__ = ["ServerState", "State", "default_model_names", "get_state"]
@@ -37,19 +42,33 @@ def default_model_names(model: str | None) -> list[str]:
 
 @dataclass
 class ServerState:
-    engine: Engine
+    backend: Backend
+    """Where every endpoint's tokens come from."""
     model_names: list[str]
     """The served names; the first is the one answers report."""
+    engine: Engine | None = None
+    """The local engine behind ``backend`` (None when the backend is a remote server)."""
+    backend_url: str | None = None
+    """The remote server's URL (``--backend-url``), whose ``/get_load`` the metrics read."""
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.model_names:
             raise ValueError("a server needs at least one model name")
-        self.metrics = ServerMetrics(self.engine)
+        self.metrics = ServerMetrics(self.engine, self.backend_url)
 
     @classmethod
-    def of(cls, engine: Engine, model_names: Sequence[str] = ()) -> ServerState:
-        return cls(engine, list(model_names) or default_model_names(engine.config.model))
+    def of(cls, target: Engine | Backend, model_names: Sequence[str] = (), *,
+           backend_url: str | None = None) -> ServerState:
+        """The state of a server for ``target``: an engine (served through its local
+        backend) or a backend."""
+        from agentrt.backends import Backend, as_backend
+
+        engine = None if isinstance(target, Backend) else target
+        backend = as_backend(target)
+        model = engine.config.model if engine is not None else backend.model_info.name
+        return cls(backend, list(model_names) or default_model_names(model or None),
+                   engine=engine, backend_url=backend_url)
 
     @property
     def model_name(self) -> str:
@@ -57,8 +76,25 @@ class ServerState:
 
     @property
     def max_model_len(self) -> int:
-        """The longest sequence the engine holds (prompt + output)."""
-        return self.engine.core.max_model_len
+        """The longest sequence the backend holds (prompt + output)."""
+        return self.backend.max_model_len
+
+    @property
+    def tokenizer(self) -> Any:
+        """The served model's tokenizer."""
+        return self.backend.tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added), as the served model reads it."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def local_engine(self, what: str) -> Engine:
+        """The local engine, or a 501 saying that ``what`` needs one (a fronted backend)."""
+        if self.engine is None:
+            raise APIError(501, f"{what} is not available: this server fronts a "
+                                f"{self.backend.name} backend (agentrt serve --backend), "
+                                "ask that server directly", code="not_implemented")
+        return self.engine
 
     def resolve_model(self, requested: str | None) -> str:
         """The served name ``requested`` means; a 404 ``model_not_found`` if none."""

@@ -1,5 +1,9 @@
 """The official ``openai`` client against ``agentrt serve``: chat, streaming, tools, usage,
-stop, legacy completions — answers equal what ``agentrt.Engine`` gives in process."""
+stop, legacy completions — answers equal what ``agentrt.Engine`` gives in process.
+
+Every test runs twice: against the server (``direct``), and against a second ``agentrt serve
+--backend sglang`` in front of it (``fronted``: chat templates, tool calls and grammars in
+the front server, tokens from the back one over SGLang's native API)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 
 import jsonschema
 import pytest
+from serve_harness import start_server
 
 from agentrt import SamplingParams
 from agentrt.chat import prepare_chat
@@ -16,6 +21,27 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 MATH = [{"role": "user", "content": "What is 12 times 7? Use the calculator."}]
 TOOL_CALL_TOKENS = 48
 """A constrained call to the calculator takes about 42 tokens on SmolLM2."""
+
+
+@pytest.fixture(scope="module", params=["direct", "fronted"])
+def server(request, server, tmp_path_factory):
+    """The session's server, or a front server for it (``--backend sglang``)."""
+    if request.param == "direct":
+        yield server
+        return
+    log = tmp_path_factory.mktemp("front") / "serve.log"
+    with start_server(log, "--backend", "sglang", "--backend-url", server.url) as front:
+        yield front
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """The official OpenAI client pointed at this module's server."""
+    import openai
+
+    with openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0,
+                       timeout=120) as c:
+        yield c
 
 
 def _local_answer(engine, messages, **options) -> str:
