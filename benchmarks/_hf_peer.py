@@ -4,7 +4,7 @@
 the same weights agentrt serves — exactly agent_langchain.py's backend (a), whose pieces
 (``GenerateMeter``, the stop-honouring ``StopStringPipeline``) are imported from there: the
 model is loaded from agentrt's converted float32 safetensors folder of the same GGUF
-(``engine.core.model_path``), greedy. One model and tokenizer; one pipeline (and chat model)
+(``engine.model_info.path``), greedy. One model and tokenizer; one pipeline (and chat model)
 per token limit, since ``HuggingFacePipeline`` takes ``max_new_tokens`` when it is built
 rather than per call as ``ChatAgentRT(max_tokens=...)`` does.
 

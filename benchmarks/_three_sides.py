@@ -78,11 +78,11 @@ def add_hf_side(engine: Engine, runners: dict[str, Any], counters: dict[str, Cou
 
     from _hf_peer import HFPeer
 
-    hf = HFPeer(engine.core.model_path)
+    hf = HFPeer(engine.model_info.path)
     runners["hf"], counters["hf"] = build(hf), hf.counters
     print(f"peer: LangChain + HF transformers {version('transformers')} (torch "
           f"{version('torch')}, langchain-huggingface {version('langchain-huggingface')}), "
-          f"float32 from {engine.core.model_path}, greedy, one pipeline per step")
+          f"float32 from {engine.model_info.path}, greedy, one pipeline per step")
 
 
 def warm_up(runners: dict[str, Any], sides: Sequence[str], value: Any) -> None:

@@ -81,10 +81,10 @@ class AgentrtSide:
                              enforce_eager=args.enforce_eager, max_num_seqs=args.max_batch,
                              max_num_batched_tokens=args.max_batched_tokens,
                              kv_cache_gb=args.kv_cache_gb)
-        c, graphs = self.engine.config, self.engine.core.runner.graphs
+        c, graphs = self.engine.config, self.engine.cuda_graph_batch_sizes
         self.describe = (f"{c.resolved_device}, {c.resolved_dtype}, attention "
                          f"{c.resolved_attention_backend}, decode CUDA graphs for batch sizes "
-                         f"{graphs.batch_sizes if graphs else 'none (eager)'}")
+                         f"{graphs or 'none (eager)'}")
 
     def generate(self, prompts: list[list[int]], max_tokens: int) -> int:
         from agentrt import SamplingParams
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# agentrt on {torch.cuda.get_device_name(args.device)} vs peers; model "
           f"{model_path}; torch {torch.__version__}, CUDA {torch.version.cuda}")
     ours = AgentrtSide(args.model, args)
-    vocab = ours.engine.core.model_config.vocab_size
+    vocab = ours.engine.model_info.vocab_size
     print(f"agentrt: {ours.describe}", flush=True)
     mine = measure(ours, args, vocab)
     ours.close()

@@ -304,7 +304,7 @@ def run(policy: Policy, mode: str, specs: Sequence[RequestSpec],
     finally:
         engine.close()  # aborts whatever the timeout left unfinished
     return RunResult(policy, mode, len(specs), records, makespan, copy.deepcopy(engine.stats),
-                     engine.core.cost, setup, *load)
+                     engine.cost_model, setup, *load)
 
 
 async def _drive(engine: Engine, mode: str, specs: Sequence[RequestSpec],
@@ -329,12 +329,11 @@ async def _drive(engine: Engine, mode: str, specs: Sequence[RequestSpec],
 
 
 async def _sample_load(engine: Engine, out: list[tuple[float, int]], every: float = 0.1) -> None:
-    """Every ``every`` s: share of the KV pool held, requests waiting (plain int reads, no
-    lock: the driver thread holds the engine lock for a whole step)."""
-    kv, scheduler = engine.core.kv, engine.core.scheduler
+    """Every ``every`` s: share of the KV pool held, requests waiting (``Engine.load`` in a
+    worker thread: it waits for the step in flight, the event loop does not)."""
     while True:
-        free = kv.pool.num_free + kv.cache.num_evictable_blocks
-        out.append((1 - free / kv.pool.num_blocks, len(scheduler.waiting)))
+        load = await asyncio.to_thread(engine.load)
+        out.append((load.kv_usage, load.num_waiting))
         await asyncio.sleep(every)
 
 

@@ -23,6 +23,7 @@ from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.llm_engine import LLMEngine
 from agentrt.engine.output_processor import StepUpdate, make_update
 from agentrt.engine.outputs import EngineLoad, RequestOutput, StreamDelta
+from agentrt.intercept import CostModel
 
 __all__ = ["Engine"]
 
@@ -71,6 +72,18 @@ class Engine:
     def model_info(self) -> ModelInfo:
         """The loaded model: name, path, architecture, context and vocabulary limits."""
         return self.core.model_info
+
+    @property
+    def cost_model(self) -> CostModel:
+        """The cost model the interception and scheduling policies use now (T_fwd fitted on
+        this machine, refined while the engine runs)."""
+        return self.core.cost
+
+    @property
+    def cuda_graph_batch_sizes(self) -> tuple[int, ...]:
+        """The decode batch sizes captured as CUDA graphs (empty: eager)."""
+        graphs = self.core.runner.graphs
+        return () if graphs is None else graphs.batch_sizes
 
     @property
     def max_model_len(self) -> int:

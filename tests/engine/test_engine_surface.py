@@ -21,6 +21,8 @@ def test_encode_decode_and_model_info(engine):
     assert info.vocab_size > max(ids) and info.eos_token_ids
     assert info.architecture.endswith("ForCausalLM") and info.path
     assert engine.encode([1, 2]) == [1, 2]
+    assert engine.cuda_graph_batch_sizes == ()  # CPU: eager
+    assert engine.cost_model.kv_bytes_per_token > 0
 
 
 def test_options_object_and_keywords_agree(engine, chat):
