@@ -2,14 +2,17 @@
 
 Lowerings are registered by the top-level package of the object's class (``langchain_core``
 → :mod:`langchain_agentrt.lowering`, ``llama_index`` → :mod:`llama_index.llms.agentrt.
-lowering`) and imported only when such an object is compiled.
+lowering`) and imported only when such an object is compiled. A lowering is called as
+``lowering(obj, backend=backend)``: its LLM primitives run through the one call object
+(:class:`agentrt.backends.call.Call`) on ``backend`` — None: on the chain's own (the backend
+of its ``ChatAgentRT`` / ``AgentRT``, by default the local engine).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -18,9 +21,12 @@ from agentrt.graph.ir import Graph
 from agentrt.graph.passes import optimize
 from agentrt.graph.runtime import GraphRuntime
 
+if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
+
 __all__ = ["LOWERINGS", "CompiledGraph", "compile", "lower", "register_lowering"]
 
-LOWERINGS: Registry[Callable[[Any], Graph]] = Registry("lowering", {
+LOWERINGS: Registry[Callable[..., Graph]] = Registry("lowering", {
     "langchain_core": "langchain_agentrt.lowering:lower_runnable",
     "langchain": "langchain_agentrt.lowering:lower_runnable",
     "langchain_agentrt": "langchain_agentrt.lowering:lower_runnable",
@@ -31,24 +37,31 @@ LOWERINGS: Registry[Callable[[Any], Graph]] = Registry("lowering", {
 _batches = itertools.count()
 
 
-def register_lowering(package: str, lowering: str | Callable[[Any], Graph]) -> None:
-    """Lower objects whose classes come from ``package`` with ``lowering``."""
+def register_lowering(package: str, lowering: str | Callable[..., Graph]) -> None:
+    """Lower objects whose classes come from ``package`` with ``lowering`` (called as
+    ``lowering(obj, backend=backend)``)."""
     LOWERINGS.register(package, lowering)
 
 
-def lower(obj: Any) -> Graph:
-    """The (unoptimised) primitive graph of a framework object."""
+def lower(obj: Any, *, backend: Backend | None = None) -> Graph:
+    """The (unoptimised) primitive graph of a framework object; its LLM primitives run on
+    ``backend`` (None: the backend of the object's own agentrt model)."""
     for cls in type(obj).__mro__:
         package = cls.__module__.split(".")[0]
         if package in LOWERINGS:
-            return LOWERINGS.get(package)(obj)
+            return LOWERINGS.get(package)(obj, backend=backend)
     raise TypeError(f"don't know how to lower a {type(obj).__name__}; register a lowering "
                     f"for its package with agentrt.graph.register_lowering")
 
 
-def compile(obj: Any, *, optimized: bool = True) -> CompiledGraph:  # noqa: A001
-    """Lower ``obj`` and (by default) optimise the graph; the result runs like ``obj``."""
-    graph = lower(obj)
+def compile(obj: Any, *, backend: Backend | None = None,  # noqa: A001
+            optimized: bool = True) -> CompiledGraph:
+    """Lower ``obj`` and (by default) optimise the graph; the result runs like ``obj``.
+
+    ``backend`` (e.g. ``agentrt.get_backend("sglang", url=...)``) runs the chain's agentrt
+    model calls there instead of on the model's own backend; other models run as they are.
+    """
+    graph = lower(obj, backend=backend)
     return CompiledGraph(optimize(graph) if optimized else graph)
 
 

@@ -114,6 +114,23 @@ def test_mode_equals_llama_index(index, engine, calls, mode, window, static, ran
     assert calls["embed"] == 1
 
 
+GENERATE_OK = "agentrt_requests_total{endpoint=/generate,status=200}"
+
+
+def test_compiled_onto_a_backend_equals_llama_index(index, engine, backend, request):
+    """Twice (local engine, SGLang client of a real ``agentrt serve``): the synthesis calls
+    of a query engine built on the local engine run on ``backend``, with the same answer."""
+    qe = query_engine(index, engine, "compact", 800)  # two LLM calls
+    expected = qe.query(QUESTION)
+    fast = compile(qe, backend=backend)
+    server = request.getfixturevalue("sglang_server") if backend.name == "sglang" else None
+    before = server.wait_until_idle() if server else {}
+    assert_same_response(fast.invoke(QUESTION), expected)
+    if server:  # both calls went over SGLang's API
+        after = server.wait_until_idle()
+        assert after.get(GENERATE_OK, 0) - before.get(GENERATE_OK, 0) == 2
+
+
 def test_tree_summarize_leaves_run_in_parallel(index, engine):
     graph = compile(query_engine(index, engine, "tree_summarize", 250)).graph
     combine = next(n for n in graph if n.name == "combine prefill")

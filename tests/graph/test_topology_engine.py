@@ -5,8 +5,8 @@ model call with its query and depth."""
 from __future__ import annotations
 
 from agentrt import EngineConfig, LLMEngine, SamplingParams
+from agentrt.backends.call import Call, request_tags
 from agentrt.graph import Graph, GraphRuntime, Kind
-from agentrt.session import request_tags
 
 
 def test_engine_admits_a_and_h_where_fifo_would_admit_a_and_b(tiny_model):
@@ -34,14 +34,16 @@ def test_ungrouped_requests_keep_fifo_order(tiny_model):
         core.step()
 
 
-def test_runtime_tags_model_calls_with_query_and_depth():
+def test_runtime_tags_model_calls_with_query_and_depth(engine):
     g = Graph("tags")
 
     async def read(args):
-        return dict(request_tags.get())
+        call = Call(engine, [1, 2, 3])  # a model call made by the node's op
+        return dict(request_tags.get()), (call.options.group, call.options.depth)
     first = g.add(Kind.DECODING, "first", read, {"x": g.input})
     g.output = g.add(Kind.AGGREGATE, "join", read, {"a": first})
     runtime = GraphRuntime()
     out = runtime.run(g, None, query_id="q7")
-    assert out == {"group": "q7", "depth": 0}
+    assert out == ({"group": "q7", "depth": 0}, ("q7", 0))
     assert runtime.last_store == {} and request_tags.get() == {}
+    assert Call(engine, [1]).options.group is None  # outside a graph: untagged

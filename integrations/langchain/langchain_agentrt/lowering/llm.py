@@ -5,9 +5,11 @@ Prefilling (the prompt template's formatting, when a template feeds it) + Decodi
 Prefilling node carries ``partial_op``: after the prefill-split pass it renders the template
 with only the variables known early, cuts the chat prompt at the first variable still
 missing (the template's variables are Parrot's semantic variables) and prefills those tokens
-into a session, whose KV the Decoding call then continues. The Decoding node carries
-``stream_op`` for decoding pipelining: the model's stream run through the chain's list
-parser, one item at a time. Another chat model is an Opaque node.
+into a session on the model's backend (:class:`agentrt.session.Session`: the local engine
+holds it paused in place, an SGLang server in its own session), whose context the Decoding
+call then continues. The Decoding node carries ``stream_op`` for decoding pipelining: the
+model's stream run through the chain's list parser, one item at a time. Another chat model
+is an Opaque node. ``compile(chain, backend=...)`` moves the model to that backend.
 
 A vector-store retriever doing similarity search becomes Embedding (the query) + Searching.
 """
@@ -31,6 +33,7 @@ from agentrt.session import PinnedScope, Session, agent_run
 from langchain_agentrt.messages import to_openai_messages
 
 if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
     from langchain_agentrt.lowering.walk import Walker
 
 __all__ = ["MIN_PARTIAL_TOKENS", "lower_chat_model", "lower_retriever"]
@@ -41,14 +44,17 @@ _LATE = "\u27e6agentrt-late\u27e7"
 
 
 def lower_chat_model(graph: Graph, runnable: Runnable, model: BaseChatModel,
-                     src: Node) -> Node:
-    """Prefilling + Decoding for our chat model; an Opaque node for any other."""
+                     src: Node, backend: Backend | None = None) -> Node:
+    """Prefilling + Decoding for our chat model (on ``backend`` when given, else on its
+    own); an Opaque node for any other."""
     from langchain_agentrt.chat_models import ChatAgentRT
 
     async def invoke(args: dict[str, Any]) -> Any:
         return await _continue(runnable, args.get("prefill"), args["prompt"])
     if not isinstance(model, ChatAgentRT):
         return graph.add(Kind.OPAQUE, runnable.get_name(), _run(runnable), {"x": src})
+    if backend is not None:
+        runnable, model = _on_backend(runnable, model, backend)
     prefill = src
     if src.kind is Kind.TRANSFORM and "template" in src.attrs:
         src.kind, src.engine, src.name = Kind.PREFILLING, "llm", "prefill"
@@ -101,6 +107,14 @@ def _index_retriever(w: Walker, r: Any, src: Node) -> Node:
     return w.graph.add(Kind.SEARCHING, "search", search, {"x": vec}, engine="vector")
 
 
+def _on_backend(runnable: Runnable, model: Any, backend: Backend) -> tuple[Runnable, Any]:
+    """``runnable`` (the model, or a binding of it) with the model moved to ``backend``."""
+    moved = model.model_copy(update={"backend": backend, "engine": None})
+    if runnable is model:
+        return moved, moved
+    return runnable.model_copy(update={"bound": moved}), moved
+
+
 # --- ops -------------------------------------------------------------------------------------
 def _run(runnable: Runnable):
     async def op(args: dict[str, Any]) -> Any:
@@ -140,14 +154,14 @@ def _partial_prefill(template: BasePromptTemplate, runnable: Runnable, model: Ba
             value = await template.ainvoke({**args, **{v: _LATE for v in late}})
         except Exception:  # noqa: BLE001 - a template that needs the real value: no split
             return None
-        engine = model._resolve_engine()
-        text = render_prompt(engine.tokenizer, to_openai_messages(value.to_messages()), tools)
+        backend = model.get_backend()
+        text = render_prompt(backend.tokenizer, to_openai_messages(value.to_messages()), tools)
         cut = text.find(_LATE)
         # NOTE: the last token may merge with what follows; the session rolls seams back
-        ids = engine.tokenizer.encode(text[:cut], add_special_tokens=False)[:-1]
+        ids = backend.tokenizer.encode(text[:cut], add_special_tokens=False)[:-1]
         if cut < 0 or len(ids) < MIN_PARTIAL_TOKENS:
             return None
-        session = Session(engine)
+        session = Session(backend)
         store = current_node().store
         store.setdefault("sessions", []).append(session)
         store.setdefault("cleanup", []).append(session.close)

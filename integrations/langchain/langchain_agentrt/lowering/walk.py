@@ -11,7 +11,7 @@ that LangChain can run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.output_parsers import BaseOutputParser, ListOutputParser
@@ -34,21 +34,28 @@ from agentrt.graph import SKIPPED, Failed, Graph, GraphRuntime, Kind, Node, curr
 from agentrt.graph.runtime import gather
 from langchain_agentrt.lowering import llm as llm_ops
 
+if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
+
 __all__ = ["RULES", "lower_runnable"]
 
 Rule = Callable[["Walker", Any, Node], Node]
 
 
-def lower_runnable(runnable: Runnable, name: str | None = None) -> Graph:
-    """The primitive graph of ``runnable`` (unoptimised; see :func:`agentrt.graph.optimize`)."""
+def lower_runnable(runnable: Runnable, name: str | None = None, *,
+                   backend: Backend | None = None) -> Graph:
+    """The primitive graph of ``runnable`` (unoptimised; see :func:`agentrt.graph.optimize`);
+    its ``ChatAgentRT`` calls run on ``backend`` (None: each model's own)."""
     graph = Graph(name or runnable.get_name())
-    graph.output = Walker(graph).lower(runnable, graph.input)
+    graph.output = Walker(graph, backend).lower(runnable, graph.input)
     return graph
 
 
 class Walker:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, backend: Backend | None = None) -> None:
         self.graph = graph
+        self.backend = backend
+        """Where the lowered ``ChatAgentRT`` calls run (None: each model's own backend)."""
 
     def lower(self, r: Any, src: Node) -> Node:
         for kind, rule in RULES:
@@ -106,7 +113,7 @@ def _lambda(w: Walker, r: RunnableLambda, src: Node) -> Node:
 
 def _binding(w: Walker, r: RunnableBinding, src: Node) -> Node:
     if isinstance(r.bound, BaseChatModel):
-        return llm_ops.lower_chat_model(w.graph, r, r.bound, src)
+        return llm_ops.lower_chat_model(w.graph, r, r.bound, src, w.backend)
     if r.kwargs or r.config_factories or isinstance(r.bound, RunnableEach):
         return w.runnable_node(Kind.OPAQUE, r, src)
     return w.lower(r.bound, src)  # NOTE: config only (names, tags, callbacks): same values
@@ -116,7 +123,7 @@ def _each(w: Walker, r: RunnableEach, src: Node) -> Node:
     """``.map()``: the bound runnable lowered once into a graph that runs per item (items
     concurrently, in the same query); the node takes the kind of its costliest primitive."""
     sub = Graph(f"map({r.bound.get_name()})")
-    sub.output = Walker(sub).lower(r.bound, sub.input)
+    sub.output = Walker(sub, w.backend).lower(r.bound, sub.input)
     optimize(sub)
 
     async def item_op(item: Any) -> Any:
@@ -202,7 +209,7 @@ def _prompt(w: Walker, r: BasePromptTemplate, src: Node) -> Node:
 
 
 def _chat_model(w: Walker, r: BaseChatModel, src: Node) -> Node:
-    return llm_ops.lower_chat_model(w.graph, r, r, src)
+    return llm_ops.lower_chat_model(w.graph, r, r, src, w.backend)
 
 
 def _retriever(w: Walker, r: BaseRetriever, src: Node) -> Node:

@@ -38,7 +38,7 @@ around the whole query (the LLM's and the retriever's own events still fire).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -50,6 +50,9 @@ from llama_index.llms.agentrt.lowering_synth import lower_synthesizer, synthesis
 
 from agentrt.graph import Graph, Kind, Node
 
+if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
+
 __all__ = ["DEFAULT_SLOTS", "lower_query_engine", "lower_retriever"]
 
 DEFAULT_SLOTS = DEFAULT_SIMILARITY_TOP_K
@@ -58,11 +61,12 @@ _ENGINE_METHODS = ("aquery", "_aquery", "aretrieve", "_async_apply_node_postproc
 _RETRIEVER_METHODS = ("aretrieve", "_aretrieve", "_aget_nodes_with_embeddings")
 
 
-def lower_query_engine(obj: Any) -> Graph:
+def lower_query_engine(obj: Any, *, backend: Backend | None = None) -> Graph:
     """The (unoptimised) primitive graph of a LlamaIndex query engine (or retriever).
 
     The graph's input is what ``aquery`` takes (a query string or a ``QueryBundle``); its
-    output is what ``aquery`` returns (a ``Response`` for the lowered modes).
+    output is what ``aquery`` returns (a ``Response`` for the lowered modes). The lowered
+    synthesis calls run on ``backend`` (None: the ``AgentRT``'s own backend).
     """
     if isinstance(obj, RetrieverQueryEngine) and _inherits(obj, RetrieverQueryEngine,
                                                            _ENGINE_METHODS):
@@ -74,7 +78,8 @@ def lower_query_engine(obj: Any) -> Graph:
             nodes = _postprocessor(graph, post, bundle, nodes)
         slots = getattr(obj.retriever, "similarity_top_k", None)
         graph.output = lower_synthesizer(graph, synth, bundle, nodes,
-                                         slots if isinstance(slots, int) else DEFAULT_SLOTS)
+                                         slots if isinstance(slots, int) else DEFAULT_SLOTS,
+                                         backend)
         return graph
     if isinstance(obj, BaseRetriever):
         graph = Graph(type(obj).__name__)

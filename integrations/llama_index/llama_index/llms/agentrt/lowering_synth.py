@@ -37,7 +37,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from llama_index.core.bridge.pydantic import ValidationError
@@ -53,6 +53,9 @@ from llama_index.core.schema import MetadataMode
 from llama_index.llms.agentrt.base import AgentRT
 
 from agentrt.graph import SKIPPED, Failed, Graph, Kind, Node
+
+if TYPE_CHECKING:
+    from agentrt.backends.base import Backend
 
 __all__ = ["LOWERED_MODES", "lower_synthesizer", "synthesis_mode", "unlowerable_reason"]
 
@@ -81,7 +84,7 @@ def unlowerable_reason(synth: Any) -> str | None:
     if synth._multimodal:
         return "multimodal"
     if not isinstance(llm, AgentRT):
-        return f"LLM {type(llm).__name__} does not run on agentrt's engine"
+        return f"LLM {type(llm).__name__} does not run on agentrt"
     if isinstance(synth, Refine) and (
             synth._structured_answer_filtering
             or synth._program_factory != synth._default_program_factory):
@@ -89,9 +92,11 @@ def unlowerable_reason(synth: Any) -> str | None:
     return None
 
 
-def lower_synthesizer(graph: Graph, synth: Any, bundle: Node, nodes: Node, slots: int) -> Node:
+def lower_synthesizer(graph: Graph, synth: Any, bundle: Node, nodes: Node, slots: int,
+                      backend: Backend | None = None) -> Node:
     """The node producing ``synth.asynthesize(query=bundle, nodes=nodes)``'s response, with
-    ``slots`` LLM call pairs per level (the retriever's ``similarity_top_k``)."""
+    ``slots`` LLM call pairs per level (the retriever's ``similarity_top_k``); the calls run
+    on ``backend`` when given (else on the ``AgentRT``'s own)."""
     reason = unlowerable_reason(synth)
     if reason is not None:
         async def synthesize(args: dict[str, Any]) -> Any:
@@ -99,11 +104,14 @@ def lower_synthesizer(graph: Graph, synth: Any, bundle: Node, nodes: Node, slots
         return graph.add(Kind.OPAQUE, f"synthesize ({type(synth).__name__})", synthesize,
                          {"query": bundle, "nodes": nodes}, reason=reason)
     k = max(1, slots)
+    llm = synth._llm
+    if backend is not None:
+        llm = llm.model_copy(update={"backend": backend, "engine": None})
     if isinstance(synth, TreeSummarize):
-        answer, single = _lower_tree(graph, synth, bundle, nodes, k)
+        answer, single = _lower_tree(graph, synth, llm, bundle, nodes, k)
         inputs = {"nodes": nodes, "answer": answer, "single": single}
     else:
-        inputs = {"nodes": nodes, "answer": _lower_refine(graph, synth, bundle, nodes, k)}
+        inputs = {"nodes": nodes, "answer": _lower_refine(graph, synth, llm, bundle, nodes, k)}
     return graph.add(Kind.TRANSFORM, "response", _response_op(synth), inputs, select=True)
 
 
@@ -153,9 +161,9 @@ class RefineCall:
     formatted: Formatted | None
 
 
-def _lower_refine(graph: Graph, synth: Refine, bundle: Node, nodes: Node, k: int) -> Node:
+def _lower_refine(graph: Graph, synth: Refine, llm: Any, bundle: Node, nodes: Node,
+                  k: int) -> Node:
     mode = synthesis_mode(synth)
-    llm = synth._llm
 
     async def repack(args: dict[str, Any]) -> RefineState:
         if not args["nodes"]:
@@ -264,9 +272,8 @@ class Combine:
     summaries: tuple[str, ...] = ()
 
 
-def _lower_tree(graph: Graph, synth: TreeSummarize, bundle: Node, nodes: Node,
+def _lower_tree(graph: Graph, synth: TreeSummarize, llm: Any, bundle: Node, nodes: Node,
                 k: int) -> tuple[Node, Node]:
-    llm = synth._llm
 
     async def repack(args: dict[str, Any]) -> TreeLevel:
         if not args["nodes"]:
