@@ -197,14 +197,14 @@ def test_int8_linear_equals_its_reference(qtype, shape, rows, isa):
     torch.testing.assert_close(got, exact, rtol=0, atol=0.05 * float(exact.abs().max()))
 
 
-def test_int8_leaves_float_formats_and_prefill_in_float32():
+def test_int8_leaves_float_formats_in_float32_and_covers_prefill():
     raw = random_blocks(T.F16, (8, 64))
     h = torch.randn(2, 64)
     layer = GGUFLinear(raw, T.F16, (8, 64), activations="int8")
     _close(layer(h), ref_gguf_linear(raw, T.F16, (8, 64), h))
-    raw = random_blocks(T.Q8_0, (8, 64))
-    h = torch.randn(gguf_linear.MAX_KERNEL_ROWS + 1, 64)
-    _close(GGUFLinear(raw, T.Q8_0, (8, 64), activations="int8")(h),
-           ref_gguf_linear(raw, T.Q8_0, (8, 64), h))
+    raw = random_blocks(T.Q6_K, (8, 256))
+    h = torch.randn(gguf_linear.MAX_KERNEL_ROWS + 9, 256)  # prefill: still llama.cpp's numbers
+    _close(GGUFLinear(raw, T.Q6_K, (8, 256), activations="int8")(h),
+           ref_gguf_linear(raw, T.Q6_K, (8, 256), h, activations="int8"))
     with pytest.raises(ValueError, match="activations='int4'"):
         GGUFLinear(raw, T.Q8_0, (8, 64), activations="int4")
