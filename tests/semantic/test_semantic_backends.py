@@ -5,9 +5,16 @@ what each backend prefilled."""
 from __future__ import annotations
 
 import itertools
+import sys
+import threading
+import time
+from pathlib import Path
 
 from agentrt import SamplingParams
-from agentrt.semantic import Perf, SemanticSession, semantic_function
+from agentrt.semantic import Perf, SemanticError, SemanticSession, semantic_function
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+from serve_harness import held_blocks  # noqa: E402
 
 _ns = itertools.count()
 
@@ -84,3 +91,42 @@ def test_multi_output_continues_one_backend_session(backend, engine, tokenizer):
     # the second output's call reused the session's context: at least the first prompt
     assert stats.num_cached_tokens >= first_len
     assert stats.num_prefill_tokens == stats.num_prompt_tokens - stats.num_cached_tokens
+
+
+@semantic_function(max_tokens=24, ignore_eos=True)
+def ramble(topic):
+    """Tell a long story about {{input:topic}}.{{output:start}} And then{{output:rest}}"""
+
+
+def test_closing_mid_flight_frees_what_the_backend_holds(backend, engine, request):
+    server = request.getfixturevalue("sglang_server") if backend.name == "sglang" else None
+
+    def running() -> bool:
+        if server is None:
+            return engine.load().num_running > 0
+        return server.metrics()["agentrt_num_requests_running"] > 0
+
+    errors: list[BaseException] = []
+    with SemanticSession(backend):
+        outputs = [v for topic in ("a dragon", "a ship") for v in ramble(topic)]
+
+        def fetch() -> None:
+            try:
+                outputs[-1].get()
+            except SemanticError as exc:
+                errors.append(exc)
+        waiter = threading.Thread(target=fetch)
+        waiter.start()
+        deadline = time.monotonic() + 60
+        while not running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert running()
+    waiter.join(timeout=60)
+    assert errors and "closed" in str(errors[0])
+    if server is None:
+        load = engine.load()
+        assert load.num_running == load.num_waiting == 0
+        assert load.num_free_blocks + load.num_evictable_blocks == load.num_total_blocks
+    else:
+        metrics = server.wait_until_idle()
+        assert metrics["agentrt_num_requests_running"] == 0 and held_blocks(metrics) == 0
