@@ -1,19 +1,24 @@
-"""Tools on the engine's token stream: one request whose tool calls are answered in place.
+"""Tools on the token stream: one session whose tool calls are answered as they are written.
 
-:func:`run_with_tools` submits a prompt with :meth:`ToolStream.engine_hook` as the request's hook,
-so every sampled token goes through the parser into the tools while decoding goes on [Conveyor]:
+:func:`run_with_tools` runs a prompt as the first call of an :class:`agentrt.session.Session`
+with :meth:`ToolStream.engine_hook` as the call's hook, so every sampled token goes through the
+parser into the tools while decoding goes on [Conveyor]:
 
 - a call that is rejected while it is written (a tool's ``ToolCallError``, an unknown tool,
-  malformed JSON) → the hook answers ``"abort"``: the engine stops decoding at once and frees the
-  KV (its full blocks stay in the prefix cache). The rejection is the observation; the next
-  segment is a new request over the same context, mostly served from the prefix cache.
-- a call written completely → ``"pause"``: the request keeps its KV while the tool finishes
-  [InferCept: preserve]; the observation is rendered (:func:`render_observation`) and appended
-  with ``Engine.resume`` — only the appended tokens and the last sampled one are prefilled — and
-  decoding continues on the same sequence (style rule 14: tool results are appended tokens).
+  malformed JSON) → the hook answers ``"abort"``: decoding stops at once and the KV is freed
+  (its full blocks stay in the prefix cache). The rejection is the observation; the next
+  segment starts the session afresh over the same context, mostly served from the prefix cache.
+- a call written completely → ``"pause"``: on the local backend the request keeps its KV while
+  the tool finishes [InferCept: preserve]; the observation is rendered
+  (:func:`render_observation`) and appended as the session's next call — only the appended
+  tokens and the last sampled one are prefilled — and decoding continues on the same sequence
+  (style rule 14: tool results are appended tokens).
 
-The engine is reached only through ``generate`` / ``resume`` / ``release`` and the hook; nothing
-of it is imported at run time (this module is also loaded in tool worker processes).
+On a backend that cannot pause in place (an SGLang server) the hook runs on the streamed tokens
+(:class:`~agentrt.backends.call.Call`): the call ends at the tool call, and the next segment
+sends the whole context, which the server's prefix cache serves; :attr:`ToolRun.stats` says
+which path ran and how many tokens each segment prefilled. Nothing of the engine is imported at
+run time (this module is also loaded in tool worker processes).
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from agentrt.agent.runtime import ToolRuntime
 from agentrt.agent.tool_stream import ToolStream
 
 if TYPE_CHECKING:
+    from agentrt.backends.call import Call
+    from agentrt.core.outputs import RequestOutput
     from agentrt.core.sampling_params import SamplingParams
-    from agentrt.engine import Engine, RequestOutput
+    from agentrt.session import Session, SessionStats
 
 __all__ = ["Segment", "ToolRun", "render_observation", "run_with_tools"]
 
@@ -68,6 +75,8 @@ class Segment:
     observation: Observation | None = None
     #: token ids appended after this segment (empty for the last one)
     appended_ids: tuple[int, ...] = ()
+    #: the hook paused this segment at a complete call (in place, or on the streamed tokens)
+    is_paused: bool = False
 
     @property
     def is_aborted(self) -> bool:
@@ -85,6 +94,8 @@ class ToolRun:
     max_tokens_saved: int = 0
     #: a ReAct ``Final Answer:``, if the last segment gave one
     final_answer: str | None = None
+    #: the session's counters: the backend, prefilled vs cached tokens, where the hook paused
+    stats: SessionStats | None = None
 
     @property
     def output(self) -> RequestOutput | None:
@@ -102,7 +113,7 @@ class ToolRun:
 
 
 def run_with_tools(
-    engine: Engine,
+    backend: Any,
     prompt: str | list[int],
     params: SamplingParams,
     *,
@@ -122,8 +133,12 @@ def run_with_tools(
     call it begins is executed like a decoded one. At most ``max_calls`` observations are
     appended (0: stop at the first call); ``params`` apply to every segment. A ``ToolRuntime``
     passed in stays open; tools given by name or instance get a runtime closed at the end.
+    ``backend`` is a :class:`~agentrt.backends.base.Backend` or an :class:`agentrt.Engine`.
     """
-    tokenizer = engine.tokenizer
+    from agentrt.session import Session
+
+    session = Session(backend, namespace=namespace)
+    tokenizer = session.backend.tokenizer
     if isinstance(prompt, str):
         context = _encode(tokenizer, prompt + reply_prefix)
     else:
@@ -131,43 +146,44 @@ def run_with_tools(
     with ToolStream(tokenizer, tools, parser=syntax, session=session, lazy=lazy) as stream:
         if reply_prefix and stream.feed_text(reply_prefix) == "abort":
             return ToolRun((), tuple(stream.observations))
-        loop = _Loop(engine, stream, params, syntax, render, namespace)
+        loop = _Loop(session, stream, params, syntax, render)
         return loop.run(context, max_calls)
 
 
 class _Loop:
-    """Drives one request through its segments; releases its KV however it ends."""
+    """Drives one session through its segments; frees its KV however it ends."""
 
     def __init__(
-        self, engine: Engine, stream: ToolStream, params: SamplingParams, syntax: str,
-        render: Render, namespace: str,
+        self, session: Session, stream: ToolStream, params: SamplingParams, syntax: str,
+        render: Render,
     ) -> None:
-        self.engine, self.stream, self.params = engine, stream, params
-        self.syntax, self.render, self.namespace = syntax, render, namespace
+        self.session, self.stream, self.params = session, stream, params
+        self.syntax, self.render = syntax, render
         self.segments: list[Segment] = []
         self.max_tokens_saved = 0
         self._num_reported = len(stream.observations)
 
     def run(self, context: list[int], max_calls: int) -> ToolRun:
-        out = self._generate(context)
         try:
+            call = self._generate(context)
             while True:
+                out, paused = call.output, _is_paused(call)
                 observation = self._end_segment(out)
                 if observation is None or len(self.segments) >= max_calls:
-                    self.segments.append(Segment(out, observation))
+                    self.segments.append(Segment(out, observation, is_paused=paused))
                     break
-                appended = _encode(self.engine.tokenizer, self.render(observation, self.syntax))
-                self.segments.append(Segment(out, observation, tuple(appended)))
-                context += [*out.token_ids, *appended]
+                tokenizer = self.session.backend.tokenizer
+                appended = _encode(tokenizer, self.render(observation, self.syntax))
+                self.segments.append(Segment(out, observation, tuple(appended), paused))
+                context = [*context, *out.token_ids, *appended]
                 self.stream.begin_segment()
-                out = self._continue(out, context, appended)
+                call = self._generate(context)  # paused in place: only `appended` is new
         finally:
-            if out.is_paused:
-                self.engine.release(out.request_id)
+            self.session.close()
         stream = self.stream
         return ToolRun(
             tuple(self.segments), tuple(stream.observations), self.max_tokens_saved,
-            stream.final_answer,
+            stream.final_answer, self.session.stats,
         )
 
     def _end_segment(self, out: RequestOutput) -> Observation | None:
@@ -182,18 +198,16 @@ class _Loop:
         self._num_reported = len(stream.observations)
         return new[-1] if new else None
 
-    def _generate(self, context: list[int]) -> RequestOutput:
-        return self.engine.generate(
-            context, self.params, hook=self.stream.engine_hook, keep_kv=True,
-            namespace=self.namespace,
-        )
+    def _generate(self, context: list[int]) -> Call:
+        call = self.session.call(context, self.params, hook=self.stream.engine_hook)
+        call.generate()
+        return call
 
-    def _continue(
-        self, out: RequestOutput, context: list[int], appended: list[int]
-    ) -> RequestOutput:
-        if out.is_paused:  # KV kept: prefill only the appended tokens
-            return self.engine.resume(out.request_id, appended, self.params)
-        return self._generate(context)  # aborted: a new request, served by the prefix cache
+
+def _is_paused(call: Call) -> bool:
+    """The hook paused ``call`` at a complete tool call (not a stop token or string)."""
+    return call.finish_reason == "stop" and call.matched_stop is None \
+        and call.hook_path is not None
 
 
 def _encode(tokenizer: Any, text: str | list[int]) -> list[int]:

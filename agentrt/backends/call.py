@@ -68,6 +68,10 @@ class Call:
                  params: SamplingParams | None = None, *, session: Session | None = None,
                  options: RequestOptions | None = None) -> None:
         self.backend = as_backend(backend)
+        if session is not None:
+            if session.backend != self.backend:
+                raise ValueError("the session runs on another backend")
+            self.backend = session.backend  # NOTE: the object that holds the session's state
         self.prompt_ids = [int(t) for t in prompt_ids]
         self.params = params or SamplingParams()
         self.session = session

@@ -3,8 +3,10 @@
 Requests keep SGLang's names and defaults — ``max_new_tokens`` 128, ``temperature`` 1.0,
 ``top_k`` -1 (off) — and ignore fields they do not know (sglang-router adds its own). Values
 agentrt cannot honour get a 400 naming the field: batches (a list of texts or of id lists),
-logprobs, hidden states, LoRA, images, penalties, ``n`` > 1, grammars, a ``sampling_seed``
-outside the signed 64-bit range. One prompt per ``/generate``, as ``text`` or ``input_ids``.
+logprobs, hidden states, LoRA, images, penalties, ``n`` > 1, more than one grammar, a
+``sampling_seed`` outside the signed 64-bit range. A grammar (``ebnf``, ``structural_tag``,
+``json_schema`` or ``regex``) becomes :attr:`SamplingParams.grammar`. One prompt per
+``/generate``, as ``text`` or ``input_ids``.
 """
 
 from __future__ import annotations
@@ -13,15 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentrt.core.sampling_params import SamplingParams, check_seed
+from agentrt.core.sampling_params import Grammar, SamplingParams, check_seed
 
 __all__ = ["AbortRequest", "CloseSessionRequest", "GenerateRequest", "NativeSamplingParams",
            "OpenSessionRequest", "SessionParams"]
 
 _NEUTRAL: dict[str, Any] = {
     "n": 1, "min_p": 0.0, "min_new_tokens": 0, "frequency_penalty": 0.0,
-    "presence_penalty": 0.0, "repetition_penalty": 1.0, "json_schema": None, "regex": None,
-    "ebnf": None, "structural_tag": None, "stop_regex": None, "logit_bias": None,
+    "presence_penalty": 0.0, "repetition_penalty": 1.0, "stop_regex": None, "logit_bias": None,
     "custom_params": None,
     # GenerateRequest
     "return_logprob": None, "return_hidden_states": False, "return_routed_experts": False,
@@ -71,8 +72,7 @@ class NativeSamplingParams(BaseModel):
     custom_params: dict[str, Any] | None = None
 
     @field_validator("n", "min_p", "min_new_tokens", "frequency_penalty", "presence_penalty",
-                     "repetition_penalty", "json_schema", "regex", "ebnf", "structural_tag",
-                     "stop_regex", "logit_bias", "custom_params")
+                     "repetition_penalty", "stop_regex", "logit_bias", "custom_params")
     @classmethod
     def _supported(cls, value: Any, info: Any) -> Any:
         return _check_neutral(info.field_name, value)
@@ -91,7 +91,14 @@ class NativeSamplingParams(BaseModel):
                               seed=self.sampling_seed, stop=tuple(s for s in stop if s),
                               stop_token_ids=tuple(self.stop_token_ids or ()),
                               ignore_eos=self.ignore_eos,
-                              skip_special_tokens=self.skip_special_tokens)
+                              skip_special_tokens=self.skip_special_tokens,
+                              grammar=self._grammar())
+
+    def _grammar(self) -> Grammar | None:
+        given = [k for k in ("ebnf", "structural_tag", "json_schema", "regex") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"set at most one grammar, got {', '.join(given)}")
+        return Grammar(given[0], getattr(self, given[0])) if given else None
 
 
 class SessionParams(BaseModel):

@@ -1,7 +1,8 @@
-"""ChatAgentRT: a LangChain chat model that runs on agentrt's in-process engine.
+"""ChatAgentRT: a LangChain chat model on agentrt — its in-process engine by default, or any
+backend (``backend=get_backend("sglang", url=...)``: an SGLang server or router).
 
 Messages are rendered with the model's own chat template (:mod:`agentrt.chat.template`),
-tokenized once and submitted as token ids, so ``usage_metadata`` counts exactly the engine
+tokenized once and submitted as token ids, so ``usage_metadata`` counts exactly the
 request's prompt and output tokens. Tool calls are written in the ``<tool_call>`` JSON form
 and, when tools are bound, decoding is grammar-constrained (:mod:`agentrt.chat.grammar`,
 xgrammar) so that every call names a bound tool with arguments matching its schema.
@@ -25,6 +26,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from agentrt import env
+from agentrt.backends import Backend, as_backend
 from agentrt.chat import ChatCall, normalize_tool_choice
 from langchain_agentrt.generation import Progress, arun_deltas, prepare_call, run_deltas
 from langchain_agentrt.structured import structured_output
@@ -33,14 +35,15 @@ __all__ = ["ChatAgentRT"]
 
 
 class ChatAgentRT(BaseChatModel):
-    """Chat model on a local agentrt engine (default: the embedded SmolLM2-135M-Instruct).
+    """Chat model on agentrt (default: a local engine on the embedded SmolLM2-135M-Instruct).
 
     >>> llm = ChatAgentRT(max_tokens=64)               # shares one engine per process
     >>> llm.invoke("What is the capital of France?").content
     >>> llm.bind_tools([get_weather], tool_choice="any").invoke("Weather in Paris?").tool_calls
 
-    Pass ``engine=`` to use an engine you built; otherwise all instances with the same
-    ``model`` and ``engine_kwargs`` share one, loaded on the first call.
+    Pass ``backend=`` to run elsewhere (``get_backend("sglang", url=...)``) or ``engine=`` to
+    use an engine you built; otherwise all instances with the same ``model`` and
+    ``engine_kwargs`` share one engine, loaded on the first call.
     """
 
     model_config = ConfigDict(populate_by_name=True, arbitrary_types_allowed=True,
@@ -49,6 +52,9 @@ class ChatAgentRT(BaseChatModel):
     model_name: str | None = Field(default_factory=env.default_model, alias="model")
     """Local Hugging Face folder or ``.gguf`` file; default ``$AGENTRT_MODEL``, else (None)
     agentrt's embedded default model."""
+    backend: Any = Field(default=None, exclude=True)
+    """An :class:`agentrt.backends.Backend` to run on (e.g. an SGLang server); None = the
+    local engine (``engine``, or the shared engine of ``model``)."""
     engine: Any = Field(default=None, exclude=True)
     """An :class:`agentrt.Engine` to run on; None = the shared engine of ``model``."""
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -89,6 +95,8 @@ class ChatAgentRT(BaseChatModel):
         """The model's name as reported in ``response_metadata["model_name"]``."""
         from agentrt import DEFAULT_MODEL
 
+        if self.backend is not None:
+            return self.backend.model_name
         if self.engine is not None:
             return self.engine.config.model or DEFAULT_MODEL
         return self.model_name or DEFAULT_MODEL
@@ -137,17 +145,20 @@ class ChatAgentRT(BaseChatModel):
         return structured_output(self, schema, method, include_raw=include_raw)
 
     # --- generation ----------------------------------------------------------------------------
-    def _resolve_engine(self) -> Any:
-        """The engine this model runs on (the shared one of its model, loaded on first use)."""
+    def get_backend(self) -> Backend:
+        """The backend this model runs on (``backend``; else the local one of ``engine`` or
+        of the shared engine of ``model``, loaded on first use)."""
+        if self.backend is not None:
+            return self.backend
         if self.engine is not None:
-            return self.engine
+            return as_backend(self.engine)
         from agentrt.chat import get_shared_engine
 
-        return get_shared_engine(self.model_name, **self.engine_kwargs)
+        return as_backend(get_shared_engine(self.model_name, **self.engine_kwargs))
 
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None,
                  kwargs: dict[str, Any]) -> ChatCall:
-        return prepare_call(self, self._resolve_engine(), messages, stop, kwargs)
+        return prepare_call(self, self.get_backend(), messages, stop, kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,

@@ -3,15 +3,19 @@
 It *is* an ``AgentExecutor`` — same fields, same ``invoke/ainvoke/stream/astream/batch``,
 same outputs and callbacks — so a program changes one name and nothing else. What changes is
 underneath: the run executes inside :func:`agentrt.session.agent_run`, so every call the
-agent makes to a :class:`~langchain_agentrt.ChatAgentRT` continues one engine request
-instead of starting over. The prompt is prefilled once; the model's own tokens stay in the
-KV cache; each re-rendered prompt only appends the observation (rolling back a seam that
-re-tokenizes differently, so the model sees exactly what a fresh call would); and while a
-tool runs, the request is paused — its KV preserved, swapped or discarded by the engine's
-interception policy, which learns each tool's duration from the tool's name. A ReAct
-agent's calls are grammar-constrained to the ReAct format (when the model is constrained,
-the default), so its steps always parse. When the tools are agentrt tools, they start while
-the model writes the call (:mod:`langchain_agentrt.partial`).
+agent makes to a :class:`~langchain_agentrt.ChatAgentRT` continues one session on that
+model's backend (on the local engine: one paused request) instead of starting over. The
+prompt is prefilled once; the model's own tokens stay in the KV cache; each re-rendered
+prompt only appends the observation (rolling back a seam that re-tokenizes differently, so
+the model sees exactly what a fresh call would); and while a tool runs, the request is
+paused — its KV preserved, swapped or discarded by the engine's interception policy, which
+learns each tool's duration from the tool's name. A ReAct agent's calls are
+grammar-constrained to the ReAct format (when the model is constrained, the default), so its
+steps always parse. When the tools are agentrt tools, they start while the model writes the
+call (:mod:`langchain_agentrt.partial`). On a backend that cannot pause in place (an SGLang
+server) each step is appended to the server's session and the tools read the streamed tokens
+here; :attr:`Executor.session_stats` names the backend and counts the tokens it prefilled
+and kept.
 
 With any other model nothing routes through a session, and the Executor is exactly
 ``AgentExecutor``: drop-in means never worse.

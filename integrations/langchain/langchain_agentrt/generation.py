@@ -19,7 +19,8 @@ from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepa
 from langchain_agentrt.messages import to_openai_messages
 
 if TYPE_CHECKING:
-    from agentrt import Engine, StreamDelta
+    from agentrt import StreamDelta
+    from agentrt.backends import Backend
     from langchain_agentrt.chat_models import ChatAgentRT
 
 __all__ = ["Progress", "arun_deltas", "prepare_call", "run_deltas"]
@@ -30,14 +31,14 @@ _IGNORED = ("stream", "strict")  # strict: constrained decoding is always strict
 _KNOWN = frozenset(_SAMPLING + _BINDINGS + _IGNORED + ("timeout", "model"))
 
 
-def prepare_call(model: ChatAgentRT, engine: Engine, messages: list[BaseMessage],
+def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessage],
                  stop: list[str] | None, kwargs: dict[str, Any]) -> ChatCall:
     """Render, tokenize and parameterize one call (``kwargs``: per-call options, bindings)."""
     _check_kwargs(model, kwargs)
     options = {k: kwargs.get(k, getattr(model, k)) for k in _SAMPLING}
     stops = stop if stop is not None else model.stop
     return prepare_chat(
-        engine, to_openai_messages(messages),
+        backend, to_openai_messages(messages),
         tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
         tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),

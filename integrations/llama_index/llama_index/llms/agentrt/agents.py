@@ -2,12 +2,14 @@
 
 A ``FunctionAgent`` or ``ReActAgent`` calls the LLM once per step with a prompt that
 re-renders the whole history. Inside :func:`agent_session` every call of an ``AgentRT``
-continues one paused-and-resumed engine request (:mod:`agentrt.session`): the model's own
-tokens stay in the KV cache and each step prefills only what the framework appended — the
-tool's result, the next instruction. The scope is a context variable: ``agent.run()``
-started inside the block runs its workflow in an asyncio task created there, which inherits
-it, and so do the step tasks that task creates. So the whole run — starting it, reading its
-events, awaiting its result — belongs inside the block, which frees the run's KV at its end::
+continues one session on the LLM's backend (:mod:`agentrt.session`; on the local engine, one
+paused-and-resumed request; on an SGLang server, its session): the model's own tokens stay in
+the KV cache and each step prefills only what the framework appended — the tool's result,
+the next instruction; ``scope.stats`` names the backend and counts what it prefilled. The
+scope is a context variable: ``agent.run()`` started inside the block runs its workflow in an
+asyncio task created there, which inherits it, and so do the step tasks that task creates.
+So the whole run — starting it, reading its events, awaiting its result — belongs inside the
+block, which frees the run's KV at its end::
 
     with agent_session(agent) as scope:
         handler = agent.run(user_msg="...")

@@ -1,4 +1,5 @@
-"""AgentRT: a LlamaIndex ``FunctionCallingLLM`` that runs on agentrt's in-process engine.
+"""AgentRT: a LlamaIndex ``FunctionCallingLLM`` on agentrt — its in-process engine by
+default, or any backend (``backend=get_backend("sglang", url=...)``: an SGLang server).
 
 The LlamaIndex twin of ``langchain_agentrt.ChatAgentRT``, over the same chat layer
 (:mod:`agentrt.chat`): messages are rendered with the model's own chat template, tool calls
@@ -41,12 +42,14 @@ from llama_index.llms.agentrt.generation import Progress, prepare_call
 from llama_index.llms.agentrt.messages import keep_first_call, tool_selections
 
 from agentrt import DEFAULT_MODEL, SamplingParams, env
+from agentrt.backends import as_backend
 from agentrt.chat import arun_deltas, get_shared_engine, run_deltas
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
 
     from agentrt import Engine
+    from agentrt.backends import Backend
 
 __all__ = ["AgentRT"]
 
@@ -54,20 +57,24 @@ _DEFAULT_MAX_TOKENS = SamplingParams().max_tokens
 
 
 class AgentRT(FunctionCallingLLM):
-    """LLM on a local agentrt engine (default: the embedded SmolLM2-135M-Instruct).
+    """LLM on agentrt (default: a local engine on the embedded SmolLM2-135M-Instruct).
 
     >>> llm = AgentRT(max_tokens=64)                  # shares one engine per process
     >>> llm.complete("What is the capital of France?").text
     >>> llm.chat_with_tools([calculator], user_msg="17 * 23?", tool_required=True)
 
-    Pass ``engine=`` to use an engine you built; otherwise all instances with the same
-    ``model`` and ``engine_kwargs`` share one, loaded on first use.
+    Pass ``backend=`` to run elsewhere (``get_backend("sglang", url=...)``) or ``engine=`` to
+    use an engine you built; otherwise all instances with the same ``model`` and
+    ``engine_kwargs`` share one engine, loaded on first use.
     """
 
     model: str | None = Field(
         default_factory=env.default_model,
         description="Local Hugging Face folder or .gguf file; default $AGENTRT_MODEL, else "
                     "(None) agentrt's embedded default model.")
+    backend: Any = Field(default=None, exclude=True,
+                         description="An agentrt Backend to run on (e.g. an SGLang server); "
+                                     "None = the local engine.")
     engine: Any = Field(default=None, exclude=True,
                         description="An agentrt.Engine to run on; None = the shared engine.")
     engine_kwargs: dict[str, Any] = Field(
@@ -95,26 +102,36 @@ class AgentRT(FunctionCallingLLM):
     def metadata(self) -> LLMMetadata:
         """Chat and function-calling model; the context window is the engine's (loads it)."""
         return LLMMetadata(
-            context_window=self.context_window or self.get_engine().core.max_model_len,
+            context_window=self.context_window or self.get_backend().max_model_len,
             num_output=self.max_tokens or _DEFAULT_MAX_TOKENS, is_chat_model=True,
             is_function_calling_model=True, model_name=self.model_name)
 
     @property
     def model_name(self) -> str:
         """The model's name, as reported in ``metadata`` and ``raw["model"]``."""
+        if self.backend is not None:
+            return self.backend.model_name
         if self.engine is not None:
             return self.engine.config.model or DEFAULT_MODEL
         return self.model or DEFAULT_MODEL
 
     def get_engine(self) -> Engine:
-        """The engine this LLM runs on (the shared one of ``model``, loaded on first use)."""
+        """The local engine this LLM runs on (the shared one of ``model``, loaded on first
+        use); ``ValueError`` when it runs on another backend."""
+        if self.backend is not None:
+            raise ValueError(f"this AgentRT runs on the {self.backend.name!r} backend, not a "
+                             "local engine; use get_backend()")
         if self.engine is not None:
             return self.engine
         return get_shared_engine(self.model, **self.engine_kwargs)
 
+    def get_backend(self) -> Backend:
+        """The backend this LLM runs on (``backend``; else the local engine's)."""
+        return self.backend if self.backend is not None else as_backend(self.get_engine())
+
     # --- chat ----------------------------------------------------------------------------------
     def _progress(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Progress:
-        call = prepare_call(self, self.get_engine(), messages, kwargs)
+        call = prepare_call(self, self.get_backend(), messages, kwargs)
         return Progress(call, self.model_name)
 
     @llm_chat_callback()

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
     from llama_index.llms.agentrt.base import AgentRT
 
-    from agentrt import Engine, StreamDelta
+    from agentrt import StreamDelta
+    from agentrt.backends import Backend
 
 __all__ = ["Progress", "prepare_call"]
 
@@ -32,7 +33,7 @@ _SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "stop", "tim
 _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 
 
-def prepare_call(llm: AgentRT, engine: Engine, messages: Sequence[ChatMessage],
+def prepare_call(llm: AgentRT, backend: Backend, messages: Sequence[ChatMessage],
                  kwargs: dict[str, Any]) -> ChatCall:
     """Render, tokenize and parameterize one call (``kwargs``: per-call options)."""
     unknown = sorted(set(kwargs) - set(_SAMPLING + _BINDINGS))
@@ -43,7 +44,7 @@ def prepare_call(llm: AgentRT, engine: Engine, messages: Sequence[ChatMessage],
                for k in _SAMPLING}
     options["stop"] = options["stop"] or ()
     return prepare_chat(
-        engine, to_openai_messages(messages), tools=kwargs.get("tools") or (),
+        backend, to_openai_messages(messages), tools=kwargs.get("tools") or (),
         tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),
         constrained=llm.constrained, **options)
