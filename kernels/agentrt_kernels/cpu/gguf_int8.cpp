@@ -103,11 +103,13 @@ static void spread32(Acts& a, int64_t M, int64_t K) {
         }
 }
 
-static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a) {
+static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a,
+                     int32_t num_threads = 1) {
     a.q.resize(M * K);
     a.d.resize(M * K / (k_quant ? 256 : 32));
     a.s.resize(k_quant ? 0 : M * K / 32);
     a.bsum.resize(k_quant ? M * K / 16 : 0);
+    #pragma omp parallel for num_threads(num_threads) schedule(static) if (M > 1)
     for (int64_t m = 0; m < M; ++m) {
         if (k_quant) quantize256(x + m * K, K, &a.q[m * K], &a.d[m * K / 256], &a.bsum[m * K / 16]);
         else quantize32(x + m * K, K, &a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32]);
@@ -596,7 +598,7 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
             break;
         default: return -1;
     }
-    quantize(x, M, K, k_quant, a);
+    quantize(x, M, K, k_quant, a, num_threads);
     if (isa == 512) {
         if (type == Q4_K || type == Q5_K) reorder45(a, M, K);
         if (!k_quant) spread32(a, M, K);
