@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 import time
 
 import pytest
@@ -88,27 +87,7 @@ def test_chain_equals_two_calls_in_sequence(engine):
     assert [n.priority for n in s.dag.nodes] == [1 + LATENCY_BONUS, 0 + LATENCY_BONUS]
 
 
-# --- 3. several outputs on one request ----------------------------------------------------
-@semantic_function(max_tokens=10, stop="\n")
-def profile(person: SemanticVariable):
-    """Facts about {{input:person}}.
-    Born in:{{output:born}}
-    Known for:{{output:known}}"""
-
-
-def test_multi_output_continues_one_request(engine):
-    with SemanticSession(engine) as s:
-        born, known = profile("Albert Einstein")
-        got = (born.get(), known.get())
-    prompt = "Facts about Albert Einstein.\nBorn in:"
-    params = SamplingParams(max_tokens=10, stop="\n")
-    first = engine.generate(prompt, params, namespace=f"semantic-ref-{next(_ns)}").text
-    second = engine.generate(prompt + first + "\nKnown for:", params,
-                             namespace=f"semantic-ref-{next(_ns)}").text
-    assert got == (first.strip(), second.strip())
-    assert s.stats.num_requests == 1
-    # the second output prefilled only the new text, not the whole context again
-    assert s.stats.num_prefill_tokens < s.stats.num_prompt_tokens
+# --- 3. several outputs on one request: tests/semantic/test_semantic_backends.py ----------
 
 
 # --- 4. map-reduce with a shared instruction ------------------------------------------------
@@ -226,25 +205,7 @@ def ramble(topic: SemanticVariable):
     """Tell a long story about {{input:topic}}.{{output:start}} And then{{output:rest}}"""
 
 
-def test_closing_mid_flight_aborts_and_frees_kv(engine):
-    errors: list[BaseException] = []
-    with SemanticSession(engine):
-        outputs = [v for topic in ("a dragon", "a ship", "a city") for v in ramble(topic)]
-
-        def fetch() -> None:
-            try:
-                outputs[-1].get()
-            except SemanticError as exc:
-                errors.append(exc)
-
-        waiter = threading.Thread(target=fetch)
-        waiter.start()
-        deadline = time.monotonic() + 30
-        while engine.load().num_running == 0 and time.monotonic() < deadline:
-            time.sleep(0.002)
-    waiter.join(timeout=30)
-    assert errors and "closed" in str(errors[0])
-    assert _no_kv_held(engine)
+# closing a sync session mid-flight: tests/semantic/test_semantic_backends.py (both backends)
 
 
 # --- 6. the async API ---------------------------------------------------------------------
