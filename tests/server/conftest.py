@@ -21,10 +21,7 @@ def server(tmp_path_factory) -> Server:
 @pytest.fixture(scope="session")
 def client(server):
     """The official OpenAI client pointed at the server."""
-    import openai
-
-    with openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0,
-                       timeout=120) as c:
+    with server.openai_client() as c:
         yield c
 
 

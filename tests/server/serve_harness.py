@@ -58,6 +58,12 @@ class Server:
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
+    def openai_client(self):
+        """The official OpenAI client for this server (no retries, 120 s per request)."""
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0, timeout=120)
+
 
 def held_blocks(metrics: dict[str, float]) -> float:
     """KV blocks held by requests (neither free nor only cached)."""

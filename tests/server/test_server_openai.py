@@ -37,10 +37,7 @@ def server(request, server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(server):
     """The official OpenAI client pointed at this module's server."""
-    import openai
-
-    with openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0,
-                       timeout=120) as c:
+    with server.openai_client() as c:
         yield c
 
 
