@@ -123,7 +123,7 @@ def test_executor_react_agent(backend, engine, runtime):
 # --- LlamaIndex AgentRT ------------------------------------------------------------------------
 async def li_run(agent) -> tuple:
     with agent_session(agent) as scope:
-        handler = agent.run(user_msg=TASK, max_iterations=3)
+        handler = agent.run(user_msg=TASK, max_iterations=2)  # then a final answer
         events = [event async for event in handler.stream_events()]
         output = await handler
     calls = [(e.tool_name, e.tool_kwargs, e.tool_output.content) for e in events
@@ -134,12 +134,13 @@ async def li_run(agent) -> tuple:
 def function_agent(llm, runtime) -> tuple:
     agent = FunctionAgent(tools=[to_llama_index("calculator", runtime, session="twice")],
                           llm=llm, allow_parallel_tool_calls=False,
-                          initial_tool_choice="calculator")
+                          initial_tool_choice="calculator", early_stopping_method="generate")
     return asyncio.run(li_run(agent))
 
 
 def react_agent(llm, runtime) -> tuple:
-    agent = ReActAgent(tools=[to_llama_index("calculator", runtime, session="twice")], llm=llm)
+    agent = ReActAgent(tools=[to_llama_index("calculator", runtime, session="twice")], llm=llm,
+                       early_stopping_method="generate")
     return asyncio.run(li_run(agent))
 
 

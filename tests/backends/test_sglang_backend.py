@@ -141,3 +141,25 @@ def test_errors_and_unknown_sessions(sglang, prompt_ids):
     with pytest.raises(SGLangError, match="context") as info:
         sglang.generate([1] * 9000, GREEDY)
     assert info.value.status_code == 400
+
+
+def test_keep_rolls_a_session_back_with_offset(sglang, local, prompt_ids, tokenizer):
+    """A session call that keeps less than the held context (a seam rolled back) continues
+    the last request at ``session_params.offset``: the same tokens as the local backend's
+    truncated request and as a fresh call on that context."""
+    params = SamplingParams(max_tokens=4)
+    appended = tokenizer.encode(" Why?", add_special_tokens=False)
+    outs = []
+    for backend in (sglang, local):
+        sid = backend.open_session()
+        try:
+            backend.generate(prompt_ids, params, session_id=sid)
+            outs.append(backend.generate(appended, params, session_id=sid,
+                                         keep=len(prompt_ids)))
+        finally:
+            backend.close_session(sid)
+    context = prompt_ids + appended  # the first call's output rolled back
+    remote, here = outs
+    assert remote.num_prompt_tokens == len(context) == here.num_prompt_tokens
+    assert remote.num_cached_tokens >= len(prompt_ids) - 1  # the kept part was not recomputed
+    assert remote.token_ids == here.token_ids == sglang.generate(context, params).token_ids
