@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from agentrt.backends.base import Backend, BackendCapabilities
@@ -70,7 +70,9 @@ class LocalBackend(Backend):
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        return _CAPABILITIES
+        if self.engine.config.enable_prefix_cache:
+            return _CAPABILITIES
+        return replace(_CAPABILITIES, prefix_cache=False)
 
     @property
     def tokenizer(self) -> Any:

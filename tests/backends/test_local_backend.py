@@ -87,3 +87,15 @@ async def test_async_twin(local, prompt_ids):
     whole, again = await asyncio.gather(local.agenerate(prompt_ids, params),
                                         local.agenerate(prompt_ids, params))
     assert whole.token_ids == again.token_ids == local.generate(prompt_ids, params).token_ids
+
+
+def test_capabilities_follow_the_engines_prefix_cache():
+    """An engine built without a prefix cache is not advertised as having one (semantic
+    sessions then skip shared-prefix fills that nothing would reuse)."""
+    from agentrt import Engine
+    from agentrt.backends.local import LocalBackend
+
+    with Engine(enable_prefix_cache=False, num_blocks=64, profile_on_start=False) as engine:
+        caps = LocalBackend(engine).capabilities
+        assert caps.prefix_cache is False
+        assert caps.can_pause_in_place
