@@ -30,3 +30,17 @@ __all__ = [
     "NodeContext", "compile", "current_node", "decompose_stages", "lower", "optimize",
     "pipeline_decoding", "prune_dependencies", "register_lowering", "split_prefill",
 ]
+
+_MOVED_TO_SEMANTIC = frozenset({"Perf", "SemanticSession", "SemanticVariable",
+                                "semantic_function"})
+"""Names this package exported before semantic functions got their own subpackage."""
+
+
+def __getattr__(name: str) -> object:
+    """``from agentrt.graph import SemanticSession`` keeps working (imported on first use,
+    so ``agentrt.graph`` and ``agentrt.semantic`` never import each other at load time)."""
+    if name in _MOVED_TO_SEMANTIC:
+        import agentrt.semantic
+
+        return getattr(agentrt.semantic, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

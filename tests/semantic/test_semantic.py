@@ -229,3 +229,15 @@ async def test_async_api_and_close_mid_flight(engine):
     with pytest.raises(SemanticError, match="closed"):
         await pending
     assert _no_kv_held(engine)
+
+
+def test_the_old_import_path_still_works():
+    """Semantic functions moved to agentrt.semantic; code that imported them from
+    agentrt.graph (the README's earlier example) gets the same objects."""
+    import agentrt.semantic
+    from agentrt.graph import Perf, SemanticSession, SemanticVariable, semantic_function
+
+    assert SemanticSession is agentrt.semantic.SemanticSession
+    assert Perf is agentrt.semantic.Perf
+    assert SemanticVariable is agentrt.semantic.SemanticVariable
+    assert semantic_function is agentrt.semantic.semantic_function
