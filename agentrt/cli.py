@@ -14,6 +14,10 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import get_args
+
+from agentrt.backends import BACKENDS
+from agentrt.config import DType, Quantization
 
 __all__ = ["main"]
 
@@ -29,11 +33,11 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                    help="where the engine runs: auto, cpu, cuda or cuda:N (default: auto = "
                         "cuda when torch sees a GPU, else cpu)")
     g.add_argument("--dtype", default="auto",
-                   choices=["auto", "float32", "bfloat16", "float16"],
+                   choices=get_args(DType),
                    help="weight and KV-cache dtype (default: auto = float32 on CPU, bfloat16 "
                         "on a GPU that has it, else float16)")
     g.add_argument("--quantization", default="auto",
-                   choices=["auto", "gguf", "none", "int8", "int4"],
+                   choices=get_args(Quantization),
                    help="weights: auto (default) = a GGUF file's own block formats on CPU, a "
                         "float folder as floats; gguf; none (= dtype); int8 / int4 = GGUF Q8_0 "
                         "/ Q4_1 groups re-quantized from floats (float32 compute)")
@@ -198,7 +202,7 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default info)")
-    g.add_argument("--backend", default="local", choices=["local", "sglang"],
+    g.add_argument("--backend", default="local", choices=BACKENDS.names(),
                    help="where the tokens come from: local (this process's engine, the "
                         "default) or sglang (the SGLang server or router at --backend-url; "
                         "--model then only says where its tokenizer is, if the server's "

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
+from agentrt.backends import BACKENDS
 from agentrt.cli import build_parser, main
+from agentrt.config import DType, Quantization
 
 
 def test_help_lists_commands_and_options(capsys):
@@ -38,3 +42,25 @@ def test_run_with_int4_weights_answers_the_same(capsys, engine):
     plain = capsys.readouterr().out
     assert main(["run", "--max-tokens", "12", "--quantization", "int4", question]) == 0
     assert capsys.readouterr().out == plain
+
+
+def _help(command: str) -> str:
+    return build_parser()._subparsers._group_actions[0].choices[command].format_help()
+
+
+def test_choices_come_from_the_config_literals_and_the_backend_registry(monkeypatch):
+    run_help, serve_help = _help("run"), _help("serve")
+    for name in (*get_args(Quantization), *get_args(DType)):
+        assert name in run_help
+    assert "{" + ",".join(get_args(Quantization)) + "}" in run_help  # argparse's choice list
+    assert "{" + ",".join(BACKENDS.names()) + "}" in serve_help
+    monkeypatch.setitem(BACKENDS._entries, "toy", "toy_backend:ToyBackend")
+    assert "{" + ",".join(BACKENDS.names()) + "}" in _help("serve")  # a new backend is offered
+
+
+def test_an_unknown_quantization_is_refused_with_the_choices(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--quantization", "int3", "hi"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "int3" in err and all(repr(q) in err for q in get_args(Quantization))
