@@ -23,6 +23,7 @@ run time (this module is also loaded in tool worker processes).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,22 +49,49 @@ _TOOL_TURN = "<|im_end|>\n<|im_start|>tool\n<tool_response>\n{text}\n</tool_resp
 # content the template writes as JSON (`tojson`), then the assistant's turn reopens
 _LLAMA3_TURN = ("<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{json}<|eot_id|>"
                 "<|start_header_id|>assistant<|end_header_id|>\n\n")
+# NOTE: Mistral v0.3 (Nemo: no space after [TOOL_RESULTS]): the call list closes, the call's
+# turn ends with </s>, the result goes in as the template writes it (`content|string`, not
+# JSON-quoted) with a 9-alphanumeric call id; the model answers right after [/TOOL_RESULTS]
+_MISTRAL_TURN = ']</s>[TOOL_RESULTS]{space}{{"content": {text}, "call_id": "{call_id}"}}' \
+    "[/TOOL_RESULTS]"
 _RENDER = {
     "json_toolcall": "</tool_call>" + _TOOL_TURN + "<|im_start|>assistant\n",
     "fenced_code": _TOOL_TURN + "<|im_start|>assistant\n",
     "llama3_json": _LLAMA3_TURN,
+    "mistral_json": _MISTRAL_TURN,
     "react": "\nObservation: {text}\nThought:",
 }
+_MISTRAL_CALL_ID_LEN = 9
 
 
-def render_observation(observation: Observation, syntax: str) -> str:
+def render_observation(
+    observation: Observation, syntax: str, *, call_id: str | None = None, compact: bool = False,
+) -> str:
     """The text appended after a call: the end of the call and a tool turn (ChatML, Llama 3.x,
-    ReAct), as the model family's chat template writes that turn."""
+    Mistral, ReAct), as the model family's chat template writes that turn.
+
+    ``call_id`` is the id a Mistral tool turn names (9 letters or digits, as Mistral's templates
+    require; default: derived from the observation, the same for the same one); ``compact``
+    writes Mistral Nemo's ``[TOOL_RESULTS]{`` instead of v0.3's ``[TOOL_RESULTS] {`` (pass
+    ``render=functools.partial(render_observation, compact=True)``).
+    """
     template = _RENDER.get(syntax)
     if template is None:
         raise ValueError(f"no observation format for syntax {syntax!r}; pass render=")
     text = observation.text.rstrip("\n")
-    return template.format(text=text, json=json.dumps(text, ensure_ascii=False))
+    if call_id is None:
+        call_id = _call_id(observation)
+    elif len(call_id) != _MISTRAL_CALL_ID_LEN or not call_id.isascii() or not call_id.isalnum():
+        raise ValueError(f"call_id must be {_MISTRAL_CALL_ID_LEN} ASCII letters or digits "
+                         f"(Mistral's templates take no other), got {call_id!r}")
+    return template.format(text=text, json=json.dumps(text, ensure_ascii=False),
+                           call_id=call_id, space="" if compact else " ")
+
+
+def _call_id(observation: Observation) -> str:
+    """9 hex digits from the observation's tool and text (a Mistral tool turn's call id)."""
+    digest = hashlib.sha1(f"{observation.tool}\0{observation.text}".encode())
+    return digest.hexdigest()[:_MISTRAL_CALL_ID_LEN]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ it, greedily.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,9 @@ import pytest
 from agentrt import SamplingParams
 from agentrt.agent import Observation, ToolRuntime, render_observation, run_with_tools
 from agentrt_tools.sqlite import SqliteTool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chat"))
+from tiny_tokenizer import mistral_tokenizer  # noqa: E402
 
 SYSTEM = (
     "You are a helpful assistant. Call a tool by writing "
@@ -143,6 +148,53 @@ def test_a_llama3_call_pauses_and_the_ipython_turn_is_appended(engine, runtime):
     appended = engine.tokenizer.decode(list(first.appended_ids), skip_special_tokens=False)
     assert appended == render_observation(first.observation, "llama3_json")
     # resumed in place: only the appended tokens and the last sampled one were prefilled
+    assert second.output.num_prefill_tokens == len(first.appended_ids) + 1
+
+
+@pytest.mark.parametrize(("template", "compact"), [("mistral-v0.3.jinja", False),
+                                                  ("mistral-nemo.jinja", True)])
+def test_mistral_observation_is_the_turn_mistral_s_template_writes(template, compact):
+    tokenizer = mistral_tokenizer(template)
+    call = {"id": "abcDEF123", "type": "function",
+            "function": {"name": "calculator", "arguments": {"expression": "2+2"}}}
+    text = 'line one\n"quoted" — ü'
+    messages = [{"role": "user", "content": "2+2?"},
+                {"role": "assistant", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "abcDEF123", "content": text}]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+    # the template writes the call with its id; the model's call ends at the arguments' `}`
+    written = '{"name": "calculator", "arguments": {"expression": "2+2"}, "id": "abcDEF123"}'
+    assert written in rendered
+    after_call = rendered[rendered.index(written) + len(written):]
+    obs = Observation("calculator", text + "\n")
+    assert render_observation(obs, "mistral_json", call_id="abcDEF123",
+                              compact=compact) == after_call
+    # the appended tokens are the template's: `]`, EOS, then the special result markers
+    ids = tokenizer.encode(after_call, add_special_tokens=False)
+    assert ids[1:3] == tokenizer.convert_tokens_to_ids(["</s>", "[TOOL_RESULTS]"])
+
+
+def test_mistral_call_ids_are_nine_alphanumerics_stable_per_observation():
+    obs = Observation("calculator", "4")
+    first = render_observation(obs, "mistral_json")
+    assert re.fullmatch(r'\]</s>\[TOOL_RESULTS\] \{"content": 4, "call_id": "[a-z0-9]{9}"\}'
+                        r"\[/TOOL_RESULTS\]", first)
+    assert render_observation(Observation("calculator", "4"), "mistral_json") == first
+    assert render_observation(Observation("calculator", "5"), "mistral_json") != first
+    with pytest.raises(ValueError, match="9 ASCII letters or digits"):
+        render_observation(obs, "mistral_json", call_id="call_1")
+
+
+def test_a_mistral_call_pauses_and_the_tool_results_are_appended(engine, runtime, prompt):
+    call = '[TOOL_CALLS] [{"name": "sqlite", "arguments": {"query": ' \
+        '"SELECT customer FROM orders LIMIT 1"}}'
+    run = run_with_tools(engine, prompt, SamplingParams(max_tokens=8), tools=runtime,
+                         syntax="mistral_json", session="wiring", reply_prefix=call, max_calls=1)
+    first, second = run.segments
+    assert first.is_paused and first.observation.text.startswith("customer\nada")
+    appended = engine.tokenizer.decode(list(first.appended_ids), skip_special_tokens=False)
+    assert appended == render_observation(first.observation, "mistral_json")
     assert second.output.num_prefill_tokens == len(first.appended_ids) + 1
 
 
