@@ -15,6 +15,7 @@ __all__ = ["EngineConfig"]
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Quantization = Literal["auto", "gguf", "none", "int8", "int4"]
+GGUFActivations = Literal["auto", "float32", "int8"]
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 """What ``device`` may be (``re.fullmatch``)."""
 CPU_ONLY_QUANTIZATIONS = frozenset({"gguf", "int8", "int4"})
@@ -49,6 +50,16 @@ class EngineConfig:
     weights re-quantized to GGUF Q8_0 / Q4_1 groups. "gguf", "int8", "int4" compute in
     float32 on the CPU only: with ``device="cuda"`` they are refused with an error, not
     dequantized; ``device="auto"`` then stays on the CPU."""
+    gguf_activations: GGUFActivations = "auto"
+    """How a GGUF file's block weights (``quantization="gguf"``) meet the activations. "int8" =
+    llama.cpp's numeric path: each activation row is quantized to 8 bits per block (ggml's Q8_0,
+    per 32 values, against Q4_0/Q4_1/Q5_0/Q5_1/Q8_0; Q8_K, per 256, against Q4_K/Q5_K/Q6_K) and
+    meets the blocks in integer dot products (AVX-512 VNNI, else AVX2): the numbers llama.cpp
+    computes on the same file, so its greedy outputs, at the kernels' best speed. "float32" =
+    activations stay float32 against the file's values dequantized exactly (gguf's own
+    ``dequantize``): transformers' outputs on the dequantized model, up to summation order.
+    F16/BF16/F32 tensors always run float32. "auto" = "int8" where agentrt's integer kernel
+    builds on this CPU, else "float32". Ignored by the other quantizations."""
     block_size: int = 16
     """Tokens per KV block (page)."""
     num_blocks: int | None = None
@@ -144,6 +155,14 @@ class EngineConfig:
         return resolve_quantization("auto", path.is_file())
 
     @property
+    def resolved_gguf_activations(self) -> str:
+        """``gguf_activations`` resolved: "auto" becomes "int8" where agentrt's integer kernel
+        runs on this CPU, else "float32" (builds the kernel on first use)."""
+        from agentrt.models.gguf_weights import resolve_activations
+
+        return resolve_activations(self.gguf_activations)
+
+    @property
     def uses_fused_ops(self) -> bool:
         """``fused_ops`` resolved: as given, or on for quantized weights."""
         if self.fused_ops is not None:
@@ -201,6 +220,9 @@ class EngineConfig:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"unknown dtype {self.dtype!r}")
+        if self.gguf_activations not in ("auto", "float32", "int8"):
+            raise ValueError(f"unknown gguf_activations {self.gguf_activations!r}; choose from "
+                             "'auto', 'float32', 'int8'")
         self._check_device()
         self._check_policies()
         self._check_names()

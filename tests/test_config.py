@@ -53,6 +53,29 @@ def test_gguf_needs_a_gguf_file(tmp_path):
         load_model(str(tmp_path), quantization="gguf")
 
 
+def test_gguf_activations_default_to_the_integer_path_where_its_kernel_runs():
+    from agentrt_kernels.cpu.gguf_linear import has_int8_kernel
+
+    assert EngineConfig().gguf_activations == "auto"
+    assert has_int8_kernel(), "the integer kernel did not build on this machine"
+    assert EngineConfig().resolved_gguf_activations == "int8"
+    for name in ("float32", "int8"):
+        assert EngineConfig(gguf_activations=name).resolved_gguf_activations == name
+
+
+def test_gguf_activations_auto_falls_back_to_float32_without_the_kernel(monkeypatch):
+    from agentrt_kernels.cpu import gguf_linear
+
+    monkeypatch.setattr(gguf_linear, "_int8_kernel", lambda: None)
+    assert EngineConfig().resolved_gguf_activations == "float32"
+
+
+def test_unknown_gguf_activations_lists_the_choices():
+    with pytest.raises(ValueError, match=r"unknown gguf_activations 'int4'.*'auto', 'float32', "
+                                         r"'int8'"):
+        EngineConfig(gguf_activations="int4")  # type: ignore[arg-type]
+
+
 def test_config_imports_nothing_of_agentrt_at_module_level():
     tree = ast.parse(Path(agentrt.config.__file__).read_text())
     imported = [n.module or "" for n in tree.body if isinstance(n, ast.ImportFrom)]

@@ -5,6 +5,8 @@ through :class:`agentrt_kernels.cpu.gguf_linear.GGUFLinear`; rows that the forwa
 (Q, K, V; gate, up) are read straight into one buffer when they share a format, else run as
 side-by-side layers. The token embedding stays in its blocks too and is dequantized row by row
 on lookup; a tied output head multiplies into those same blocks. Norms and biases are float32.
+``activations`` picks the numeric path of every block-format linear: "float32" (exact weights)
+or "int8" (llama.cpp's integer dot products); :func:`resolve_activations` turns "auto" into one.
 Every tensor is read once into memory of its own (no file mapping stays behind), so resident
 memory after loading is about the file's size. Formats the kernels do not run (IQ*, Q2_K,
 Q3_K, ...) are refused, naming the tensor, before anything is read.
@@ -25,7 +27,24 @@ from agentrt.models.weights import ConcatLinear, Embedding
 if TYPE_CHECKING:
     from gguf import GGMLQuantizationType
 
-__all__ = ["BlockEmbedding", "GGUFWeights"]
+    from agentrt_kernels.cpu.gguf_linear import Activations
+
+__all__ = ["ACTIVATIONS", "BlockEmbedding", "GGUFWeights", "resolve_activations"]
+
+ACTIVATIONS = ("auto", "float32", "int8")
+"""The ``gguf_activations`` choices (EngineConfig)."""
+
+
+def resolve_activations(name: str) -> Activations:
+    """``name`` as the linears run it: "auto" is "int8" where agentrt's integer kernel builds
+    on this CPU (llama.cpp's numeric path, the faster one), else "float32"."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown gguf_activations {name!r}; choose from {list(ACTIVATIONS)}")
+    if name != "auto":
+        return "int8" if name == "int8" else "float32"
+    from agentrt_kernels.cpu.gguf_linear import has_int8_kernel
+
+    return "int8" if has_int8_kernel() else "float32"
 
 
 class BlockEmbedding:
@@ -44,13 +63,17 @@ class BlockEmbedding:
 class GGUFWeights:
     """The weights of ``file`` in its own formats, read as the forward pass asks for them.
 
-    Raises ``ValueError`` naming the first tensor whose format agentrt's kernels do not run,
-    and for a device other than the CPU (the kernels are CPU code).
+    ``activations`` ("float32", "int8" or "auto", see :func:`resolve_activations`) is the
+    numeric path of every block-format linear. Raises ``ValueError`` naming the first tensor
+    whose format agentrt's kernels do not run, and for a device other than the CPU (the
+    kernels are CPU code).
     """
 
-    def __init__(self, file: GGUFFile, device: str | torch.device = "cpu") -> None:
+    def __init__(self, file: GGUFFile, device: str | torch.device = "cpu",
+                 activations: str = "float32") -> None:
         from agentrt_kernels.cpu.gguf_linear import SUPPORTED
 
+        self.activations = resolve_activations(activations)
         if torch.device(device).type != "cpu":
             raise ValueError(f"{file.path.name}: GGUF block formats run on agentrt's CPU kernels; "
                              f"device={str(device)!r} needs quantization='none' (float weights)")
@@ -91,7 +114,8 @@ class GGUFWeights:
         from agentrt_kernels.cpu.gguf_linear import GGUFLinear
 
         t = self.file.tensors[name]
-        return GGUFLinear(self._read(name), t.qtype, (t.shape[0], t.shape[1]))
+        return GGUFLinear(self._read(name), t.qtype, (t.shape[0], t.shape[1]),
+                          activations=self.activations)
 
     def _read(self, name: str) -> torch.Tensor:
         """A tensor's blocks, read once (the tied head shares the embedding's)."""
@@ -99,8 +123,7 @@ class GGUFWeights:
             self._blocks[name] = self.file.tensors[name].read()
         return self._blocks[name]
 
-    @staticmethod
-    def _layer(parts: list[GGUFTensor], bias: torch.Tensor | None) -> Linear:
+    def _layer(self, parts: list[GGUFTensor], bias: torch.Tensor | None) -> Linear:
         """One GGUFLinear over ``parts`` (one format, one input width), rows read into one
         buffer."""
         from agentrt_kernels.cpu.gguf_linear import GGUFLinear
@@ -111,4 +134,5 @@ class GGUFWeights:
         for t in parts:
             t.read_into(raw[start:start + t.shape[0]])
             start += t.shape[0]
-        return GGUFLinear(raw, parts[0].qtype, (rows, parts[0].shape[1]), bias)
+        return GGUFLinear(raw, parts[0].qtype, (rows, parts[0].shape[1]), bias,
+                          activations=self.activations)

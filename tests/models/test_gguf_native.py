@@ -5,7 +5,9 @@ Each family (Llama, Mistral, Qwen2, Qwen3) is written in each common block forma
 file holds, and agentrt's greedy tokens and every step's logprob must match it. Also: mixed
 formats in one fused layer (a Q4_K_M file's Q6_K ``attn_v``), a clear refusal of formats the
 kernels do not run, resident memory about the file's size for a file over 100 MB, and the real
-default model, whose Q4_1 layers give the float32 engine's greedy outputs.
+default model, whose Q4_1 layers give the float32 engine's greedy outputs. With
+``activations="int8"`` (llama.cpp's numeric path) the engine's greedy tokens and logprobs are
+those of the same model on the integer path's torch twin.
 """
 
 from __future__ import annotations
@@ -180,3 +182,47 @@ def test_the_default_model_runs_its_q4_1_layers_and_gives_float32_greedy_outputs
                 float32.generate(prompt, params).token_ids, prompt
     finally:
         float32.close()
+
+
+def run_int8(path, monkeypatch, *, twin: bool):
+    """Greedy tokens and logprobs with every block-format linear on the integer path: its C++
+    kernel, or (``twin``) its torch reference ``q8(h) @ W.T``."""
+    from agentrt.models import gguf_weights
+    from agentrt_kernels.cpu import gguf_linear
+
+    class Int8Weights(gguf_weights.GGUFWeights):
+        def __init__(self, file, device="cpu", activations="int8"):
+            super().__init__(file, device, "int8")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(gguf_weights, "GGUFWeights", Int8Weights)
+        if twin:
+            patch.setattr(gguf_linear, "_kernel", lambda: None)
+        out, model = run(path)
+    assert model.layers[0].o_proj.activations == "int8"
+    assert (model.layers[0].o_proj._kernel is None) == twin
+    return out
+
+
+def test_int8_activations_give_the_integer_twins_greedy_tokens(tmp_path, monkeypatch):
+    """The four formats of the issue's files (Q4_1, Q8_0; Q4_K_M = Q4_K + Q6_K) in one model."""
+    hf, arch, name = build("llama", **KQUANT_SIZED)
+    kinds = {"attn_q": "Q4_1", "attn_k": "Q4_1", "attn_v": "Q6_K", "attn_output": "Q8_0",
+             "ffn_gate": "Q4_K", "ffn_up": "Q4_K", "ffn_down": "Q6_K"}
+
+    def formats(tensor: str):
+        return qtype(kinds.get(tensor.split(".")[-2], "Q8_0"))
+
+    path = write_gguf(hf, tmp_path / "mixed.gguf", arch, name, formats, sync=True,
+                      tokenizer=tiny_tokenizer)
+    got = run_int8(path, monkeypatch, twin=False)
+    want = run_int8(path, monkeypatch, twin=True)
+    assert got.token_ids == want.token_ids
+    # NOTE: a float32 summation-order difference upstream can move an activation across a
+    # rounding boundary of its 8-bit grid (one step: max|x| / 127), so the kernel and its twin
+    # agree to ~3e-3 in logprob here, ten times closer than the float32 path is to either
+    gap = [abs(got.logprobs[s][t] - want.logprobs[s][t]) for s, t in enumerate(want.token_ids)]
+    exact, _ = run(path)  # float32 activations: the same tokens, not the same numbers
+    assert exact.token_ids == want.token_ids
+    drift = [abs(exact.logprobs[s][t] - want.logprobs[s][t]) for s, t in enumerate(exact.token_ids)]
+    assert max(gap) < 1e-2 < max(drift) < 0.1
