@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentrt.agent.parsers import create_parser
+from agentrt.agent.parsers.markers import keep_markers
 from agentrt.agent.plugin import Observation, Tool
 from agentrt.agent.runtime import ToolRuntime
 from agentrt.agent.tool_stream import ToolStream
@@ -171,7 +173,9 @@ def run_with_tools(
         context = _encode(tokenizer, prompt + reply_prefix)
     else:
         context = _encode(tokenizer, prompt) + _encode(tokenizer, reply_prefix)
-    with ToolStream(tokenizer, tools, parser=syntax, session=session, lazy=lazy) as stream:
+    parser = create_parser(syntax)
+    decoder = keep_markers(tokenizer, parser.markers)  # e.g. Mistral's special [TOOL_CALLS]
+    with ToolStream(decoder, tools, parser=parser, session=session, lazy=lazy) as stream:
         if reply_prefix and stream.feed_text(reply_prefix) == "abort":
             return ToolRun((), tuple(stream.observations))
         loop = _Loop(session, stream, params, syntax, render)

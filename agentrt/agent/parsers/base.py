@@ -96,6 +96,12 @@ class BaseStreamParser(ABC):
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.is_closed = False
 
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """Literal markers this parser must see to open a call (a tokenizer may hold them as
+        special tokens, which decoding must then keep; see :mod:`.markers`)."""
+        return ()
+
     def feed(self, chunk: str | bytes) -> list[Event]:
         """Parse the next chunk of output; ``bytes`` may end inside a UTF-8 character."""
         if self.is_closed:

@@ -298,6 +298,10 @@ class JsonToolCallParser(BaseStreamParser):
         self._json: _JsonStream | None = None
         self._list = ""  # "open": expect "[" | "next": expect "{" or "]" | "sep": "," or "]"
 
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return self.open_tags
+
     def _feed_text(self, text: str) -> list[Event]:
         events: list[Event] = []
         while text:

@@ -1,0 +1,92 @@
+"""Tool-call markers that are special tokens: kept when decoding skips special tokens.
+
+Some families open a tool call with a special token (Mistral's ``[TOOL_CALLS]``, Llama 3.1's
+``<|python_tag|>``); ``decode(..., skip_special_tokens=True)`` drops it, so a parser never
+sees the call open. :func:`keep_markers` wraps such a tokenizer in a :class:`MarkerTokenizer`
+whose ``decode`` skips every other special token but keeps the markers, exactly as the
+tokenizer would decode them if they were not special (the skipped ids are left out and the
+rest is decoded as one run, so spacing around a marker is the tokenizer's own).
+:meth:`MarkerTokenizer.strip_special` does the same to text already decoded with the special
+tokens in it (the engine's output of a request with ``skip_special_tokens=False``).
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["MarkerTokenizer", "keep_markers", "skipped_special_tokens"]
+
+_SKIPPED: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def skipped_special_tokens(tokenizer: Any) -> dict[int, str]:
+    """Id → text of every token that ``decode(skip_special_tokens=True)`` drops (cached per
+    tokenizer); empty for a tokenizer without added or special tokens."""
+    try:
+        return _SKIPPED[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids = sorted({*added, *getattr(tokenizer, "all_special_ids", ())})
+    skipped = {i: text for i in ids
+               if (text := tokenizer.decode([i], skip_special_tokens=False))
+               and not tokenizer.decode([i], skip_special_tokens=True)}
+    try:
+        _SKIPPED[tokenizer] = skipped
+    except TypeError:  # not weakly referenceable: recomputed next time
+        pass
+    return skipped
+
+
+class MarkerTokenizer:
+    """``tokenizer`` whose ``decode(skip_special_tokens=True)`` keeps ``markers``; every other
+    attribute is the tokenizer's own."""
+
+    def __init__(self, tokenizer: Any, markers: Iterable[str]) -> None:
+        self.tokenizer = tokenizer
+        skipped = skipped_special_tokens(tokenizer)
+        wanted = set(markers)
+        #: the markers' ids that decoding would otherwise skip
+        self.kept_ids = frozenset(i for i, text in skipped.items() if text in wanted)
+        self.skipped_ids = frozenset(skipped) - self.kept_ids
+        dropped = sorted({skipped[i] for i in self.skipped_ids}, key=len, reverse=True)
+        self._dropped = re.compile("|".join(map(re.escape, dropped))) if dropped else None
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False, **kwargs: Any) -> str:
+        """The tokenizer's decode; skipping special tokens keeps the markers."""
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in self.skipped_ids]
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, **kwargs)
+
+    def strip_special(self, text: str) -> str:
+        """``text`` decoded with special tokens, without the special tokens but the markers.
+
+        NOTE: a special token is one token, so it arrives whole in a streamed delta; the text
+        of one that ordinary tokens happen to spell is removed as well."""
+        return self._dropped.sub("", text) if self._dropped is not None else text
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "tokenizer":  # not set yet (a copy being built)
+            raise AttributeError(name)
+        return getattr(self.tokenizer, name)
+
+
+def keep_markers(tokenizer: Any, markers: Iterable[str]) -> Any:
+    """A :class:`MarkerTokenizer` over ``tokenizer`` when one of ``markers`` is a special
+    token that decoding skips; else ``tokenizer`` itself."""
+    markers = tuple(markers)
+    if not markers or not any(_is_skipped_marker(tokenizer, m) for m in markers):
+        return tokenizer
+    return MarkerTokenizer(tokenizer, markers)
+
+
+def _is_skipped_marker(tokenizer: Any, marker: str) -> bool:
+    """``marker`` is one token, and decoding with ``skip_special_tokens`` drops it."""
+    try:
+        ids = tokenizer.encode(marker, add_special_tokens=False)
+    except (AttributeError, TypeError):  # a fake tokenizer without encode(add_special_tokens)
+        return False
+    return len(ids) == 1 and not tokenizer.decode(ids, skip_special_tokens=True)
