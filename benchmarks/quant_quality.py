@@ -1,24 +1,44 @@
-"""What quantized weights cost in quality: perplexity and greedy agreement vs float32.
+"""What quantized weights cost in quality: perplexity and greedy agreement, against agentrt's
+first run and against llama.cpp on the same file.
 
-For each ``--quantization`` the engine is built with those weights ("auto", the default, runs
-the embedded GGUF's own Q4_1 blocks; "none" its float32 conversion) and measured on:
+``--model`` is any GGUF file (or name agentrt finds; default: the embedded SmolLM2-135M-Instruct
+Q4_1 GGUF; ``benchmarks/make_gguf.py`` makes Q4_K_M / Q8_0 / Q4_1 files of it and of a 0.5B
+random-weight llama). For each ``--quantization`` the engine is built with those weights
+("auto" runs the GGUF's own blocks; "none" its float32 conversion) — and, for runs on the
+file's own blocks, once per ``--gguf-activations`` value (``EngineConfig.gguf_activations``:
+"float32", or "int8", llama.cpp's numeric path; passed only when agentrt has the field) — and
+measured on:
 
-- **perplexity** of a fixed text (standard-library module docstrings, ``--tokens`` tokens)
-  under teacher forcing: one forward pass of agentrt's own model over the whole text (torch
-  reference attention on a fresh paged KV), the log-probability of every next token;
-- **greedy agreement** with the float32 engine on chat prompts: how many of the generated
-  tokens match before the first difference, and how many outputs are identical.
+- **perplexity** of a fixed text (standard-library module docstrings, ``--tokens`` tokens, no
+  BOS) under teacher forcing: one window over the whole text, no stride — one forward pass of
+  agentrt's own model (torch reference attention on a fresh paged KV), the log-probability of
+  every next token;
+- **greedy agreement** on chat prompts: how many outputs are identical, and how many generated
+  tokens match before the first difference.
+
+llama.cpp (llama-cpp-python, when installed and the model is a file) runs the same file on the
+same token ids: perplexity from one ``eval`` of the whole text with ``logits_all=True`` (the
+same single window), greedy outputs from the same prompt ids, ending at the same EOS ids.
 
     python benchmarks/quant_quality.py                      # none, auto, int8, int4
     python benchmarks/quant_quality.py --tokens 1024 --max-tokens 64
+    python benchmarks/quant_quality.py --model FILE.gguf --quantization auto \\
+        --gguf-activations float32,int8
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
 import importlib
+import importlib.util
+import inspect
 import math
+from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from agentrt import EngineConfig, LLMEngine, SamplingParams
@@ -31,11 +51,28 @@ PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
            "Give me a tip for learning Python.", "What is 12 times 7?",
            "Describe a cat in one sentence."]
 _TEXT_MODULES = ("argparse", "json", "heapq", "doctest", "typing")
+HAS_GGUF_ACTIVATIONS = "gguf_activations" in {f.name for f in dataclasses.fields(EngineConfig)}
+"""Whether this agentrt has ``EngineConfig.gguf_activations`` (the script runs either way)."""
+
+
+class Run(NamedTuple):
+    """One measured engine: its label, perplexity and greedy outputs (token ids per prompt)."""
+
+    name: str
+    perplexity: float
+    outputs: list[list[int]]
 
 
 def text_ids(tokenizer, n: int) -> list[int]:
     text = "\n\n".join(importlib.import_module(m).__doc__ or "" for m in _TEXT_MODULES)
     return tokenizer.encode(text, add_special_tokens=False)[:n]
+
+
+def prompt_ids(tokenizer) -> list[list[int]]:
+    """:data:`PROMPTS` in the model's chat template, tokenized as agentrt tokenizes text."""
+    return [tokenizer.encode(tokenizer.apply_chat_template(
+        [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False),
+        add_special_tokens=False) for p in PROMPTS]
 
 
 @torch.inference_mode()
@@ -59,14 +96,16 @@ def perplexity(core: LLMEngine, ids: list[int]) -> float:
         logits = model.logits(hidden[:-1])
     finally:
         model.attn = previous
-    nll = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]))
+    return nll_perplexity(logits, ids)
+
+
+def nll_perplexity(logits: torch.Tensor, ids: list[int]) -> float:
+    """exp(mean cross-entropy) of ``logits`` (one row per position of ``ids[:-1]``)."""
+    nll = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(ids[1:]))
     return math.exp(float(nll))
 
 
-def greedy(core: LLMEngine, max_tokens: int) -> list[list[int]]:
-    prompts = [core.tokenizer.apply_chat_template([{"role": "user", "content": p}],
-                                                  add_generation_prompt=True, tokenize=False)
-               for p in PROMPTS]
+def greedy(core: LLMEngine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
     params = SamplingParams(max_tokens=max_tokens)
     reqs = [core.add_request(p, params) for p in prompts]
     while core.has_unfinished():
@@ -86,34 +125,147 @@ def agreement(ref: list[list[int]], got: list[list[int]]) -> tuple[int, int, int
     return same, prefix, total
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
+# --- agentrt runs ----------------------------------------------------------------------------
+def engine_configs(args: argparse.Namespace) -> list[tuple[str, EngineConfig]]:
+    """(label, config) per run: each quantization, and per activation path for GGUF blocks."""
+    runs = []
+    for q in args.quantization:
+        config = EngineConfig(model=args.model, quantization=q, profile_on_start=False)
+        resolved = config.resolved_quantization
+        label = q if resolved == q else f"{q} ({resolved})"
+        if resolved != "gguf" or not args.gguf_activations:
+            runs.append((label, config))
+            continue
+        runs += [(f"{label}, {a} activations",
+                  dataclasses.replace(config, gguf_activations=a))
+                 for a in args.gguf_activations]
+    return runs
+
+
+def measure_agentrt(label: str, core: LLMEngine, text: list[int], prompts: list[list[int]],
+                    max_tokens: int) -> Run:
+    run = Run(f"agentrt {label}", perplexity(core, text), greedy(core, prompts, max_tokens))
+    print(f"  {run.name}: perplexity {run.perplexity:.4f}", flush=True)
+    return run
+
+
+# --- llama.cpp on the same file ----------------------------------------------------------------
+def measure_llamacpp(path: Path, text: list[int], prompts: list[list[int]], max_tokens: int,
+                     eos: set[int]) -> Run:
+    """llama.cpp's perplexity of ``text`` (one window, ``logits_all``) and greedy outputs."""
+    from llama_cpp import Llama
+
+    n_ctx = max(len(text), max(map(len, prompts)) + max_tokens) + 8
+    kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx,
+                  logits_all=True, verbose=False)
+    if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:
+        kwargs["use_extra_bufts"] = False  # the stock build's AMX path segfaults here
+    llm = Llama(**kwargs)
+    try:
+        llm.eval(text)
+        logits = torch.from_numpy(np.array(llm.scores[: len(text) - 1], dtype=np.float32))
+        ppl = nll_perplexity(logits, text)
+        outputs = [llamacpp_greedy(llm, p, max_tokens, eos) for p in prompts]
+    finally:
+        llm.close()
+    run = Run("llama.cpp", ppl, outputs)
+    print(f"  llama.cpp: perplexity {ppl:.4f}", flush=True)
+    return run
+
+
+def llamacpp_greedy(llm, prompt: list[int], max_tokens: int, eos: set[int]) -> list[int]:
+    """Greedy tokens from a fresh context, ending with an EOS id kept, as agentrt does."""
+    llm.reset()  # no reuse of the previous prompt's KV
+    out: list[int] = []
+    for token in llm.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0):
+        out.append(token)
+        if token in eos or len(out) == max_tokens:
+            break
+    return out
+
+
+def llamacpp_file(args: argparse.Namespace) -> Path | None:
+    """The GGUF file llama.cpp runs, or None (saying why) when it cannot."""
+    from agentrt.models.sources import locate
+
+    path, _ = locate(args.model)
+    why = ("--no-llamacpp" if args.no_llamacpp else
+           "llama-cpp-python is not installed (`pip install -e .[bench]`)"
+           if importlib.util.find_spec("llama_cpp") is None else
+           "the model is a folder, not a GGUF file" if not path.is_file() else None)
+    if why:
+        print(f"llama.cpp: skipped ({why})")
+        return None
+    return path
+
+
+# --- report ----------------------------------------------------------------------------------
+def print_table(runs: list[Run], llama: Run | None, args: argparse.Namespace) -> None:
+    base = runs[0]
+    print(f"\n{len(runs[0].outputs)} chat prompts × up to {args.max_tokens} greedy tokens; "
+          f"{args.tokens}-token text, one window")
+    head = ["run", "perplexity", f"vs {base.name}", "identical outputs", "tokens before first "
+            "difference"]
+    if llama:
+        head += ["vs llama.cpp", "identical to llama.cpp", "tokens before first difference"]
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for run in [*runs, *([llama] if llama else [])]:
+        same, prefix, total = agreement(base.outputs, run.outputs)
+        cells = [run.name, f"{run.perplexity:.4f}", change(run, base), f"{same}/{len(PROMPTS)}",
+                 f"{prefix}/{total}"]
+        if llama:
+            same, prefix, total = agreement(llama.outputs, run.outputs)
+            cells += [change(run, llama), f"{same}/{len(PROMPTS)}", f"{prefix}/{total}"]
+        print("| " + " | ".join(cells) + " |")
+
+
+def change(run: Run, ref: Run) -> str:
+    return f"{100 * (run.perplexity / ref.perplexity - 1):+.2f}%"
+
+
+# --- main ------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n    python")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None,
+                   help="a .gguf file or any name agentrt finds (default: the embedded "
+                        "SmolLM2-135M-Instruct Q4_1 GGUF); llama.cpp runs the same file")
     p.add_argument("--quantization", default="none,auto,int8,int4",
-                   help="comma-separated EngineConfig.quantization values ('none' first)")
+                   help="comma-separated EngineConfig.quantization values; the first is the "
+                        "reference of the agreement columns (default: %(default)s)")
+    p.add_argument("--gguf-activations", default=None,
+                   help="comma-separated EngineConfig.gguf_activations values (auto, float32, "
+                        "int8) for the runs on the GGUF's own blocks; default: the engine's")
     p.add_argument("--tokens", type=int, default=1024, help="tokens of text for perplexity")
     p.add_argument("--max-tokens", type=int, default=48, help="greedy tokens per prompt")
-    args = p.parse_args()
-    rows, ref = [], None
-    for q in args.quantization.split(","):
-        config = EngineConfig(quantization=q, profile_on_start=False)
+    p.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp")
+    args = p.parse_args(argv)
+    args.quantization = args.quantization.split(",")
+    if args.gguf_activations is not None:
+        args.gguf_activations = args.gguf_activations.split(",")
+        if not HAS_GGUF_ACTIVATIONS:
+            print("note: this agentrt has no EngineConfig.gguf_activations; --gguf-activations "
+                  "is ignored (each run uses the engine's only numeric path)")
+            args.gguf_activations = None
+    if args.tokens < 2 or args.max_tokens < 1:
+        p.error("need --tokens >= 2 and --max-tokens >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    path = llamacpp_file(args)
+    runs: list[Run] = []
+    for label, config in engine_configs(args):
         core = LLMEngine(config)
-        if config.resolved_quantization != q:
-            q = f"{q} ({config.resolved_quantization})"
-        ppl = perplexity(core, text_ids(core.tokenizer, args.tokens))
-        out = greedy(core, args.max_tokens)
-        ref = ref or out
-        rows.append((q, ppl, agreement(ref, out)))
-        print(f"  {q}: perplexity {ppl:.4f}", flush=True)
-    base = rows[0][1]
-    print(f"\n{args.tokens}-token text, {len(PROMPTS)} chat prompts × {args.max_tokens} greedy "
-          "tokens, agreement against the first row")
-    print("| quantization | perplexity | change | identical outputs | tokens before first "
-          "difference |")
-    print("|---|---|---|---|---|")
-    for q, ppl, (same, prefix, total) in rows:
-        print(f"| {q} | {ppl:.4f} | {100 * (ppl / base - 1):+.2f}% | {same}/{len(PROMPTS)} | "
-              f"{prefix}/{total} |")
+        text, prompts = text_ids(core.tokenizer, args.tokens), prompt_ids(core.tokenizer)
+        runs.append(measure_agentrt(label, core, text, prompts, args.max_tokens))
+        eos = core.eos_token_ids
+        del core
+        gc.collect()
+    llama = (measure_llamacpp(path, text, prompts, args.max_tokens, eos)
+             if path is not None else None)
+    print_table(runs, llama, args)
 
 
 if __name__ == "__main__":
