@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentrt.agent.parsers import create_parser
-from agentrt.agent.parsers.markers import keep_markers
+from agentrt.agent.parsers.markers import marker_tokenizer
 from agentrt.agent.plugin import Observation, Tool
 from agentrt.agent.runtime import ToolRuntime
 from agentrt.agent.tool_stream import ToolStream
@@ -174,7 +174,8 @@ def run_with_tools(
     else:
         context = _encode(tokenizer, prompt) + _encode(tokenizer, reply_prefix)
     parser = create_parser(syntax)
-    decoder = keep_markers(tokenizer, parser.markers)  # e.g. Mistral's special [TOOL_CALLS]
+    # NOTE: markers that are special tokens (Mistral's [TOOL_CALLS]) must survive decoding
+    decoder = marker_tokenizer(tokenizer, parser.markers) or tokenizer
     with ToolStream(decoder, tools, parser=parser, session=session, lazy=lazy) as stream:
         if reply_prefix and stream.feed_text(reply_prefix) == "abort":
             return ToolRun((), tuple(stream.observations))

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentrt.agent.parsers.markers import MarkerTokenizer, marker_tokenizer
 from agentrt.backends.call import Call, as_backend
 from agentrt.chat.formats import (
     HERMES,
@@ -63,6 +64,10 @@ class ChatCall:
     """Whether the output may hold ``<think>`` reasoning (or starts inside it)."""
     call: Call | None = None
     """The backend call, once started: its counters (cached / prefilled tokens)."""
+    markers: MarkerTokenizer | None = None
+    """Set when the format's markers are special tokens of the tokenizer (Mistral's
+    ``[TOOL_CALLS]``): the output is decoded with special tokens and read through this, which
+    drops all the others (and the hook of an agent run decodes with it)."""
 
     @contextmanager
     def deadline(self) -> Iterator[None]:
@@ -126,11 +131,13 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                                     parallel_tool_calls=parallel_tool_calls, tool_format=fmt,
                                     reasoning=reasoning)
         grammar = _output_grammar(tag)
+    markers = marker_tokenizer(tokenizer, fmt.open_tags) if tools else None
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=tuple(stop), grammar=grammar,
+                            skip_special_tokens=markers is None,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
     call = ChatCall(backend, prompt_ids, params, timeout=timeout, tool_format=fmt,
-                    reasoning=reasoning)
+                    reasoning=reasoning, markers=markers)
     if request_id is not None:
         call.request_id = request_id
     return call
@@ -169,7 +176,7 @@ def _start(call: ChatCall) -> Call:
     if scope is not None:
         call.session = scope.session_for(call.backend, call.prompt_ids)
         if scope.hook_factory is not None:
-            call.hook = scope.hook_factory(call.backend.tokenizer)
+            call.hook = scope.hook_factory(call.markers or call.backend.tokenizer)
             options = options.updated({"hook": call.hook})
     call.call = Call(call.backend, call.prompt_ids, call.params, session=call.session,
                      options=options)
@@ -191,7 +198,9 @@ class ChatProgress:
     def feed(self, delta: StreamDelta) -> StreamPiece:
         """Count the delta's tokens and parse its text (the last delta closes the parser)."""
         self.num_output_tokens += len(delta.token_ids)
-        piece = self.parser.feed(delta.text)
+        markers = self.call.markers
+        piece = self.parser.feed(delta.text if markers is None else
+                                 markers.strip_special(delta.text))
         if delta.finished:
             self.engine_finish_reason = delta.finish_reason
             tail = self.parser.close()

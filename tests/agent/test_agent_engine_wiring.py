@@ -20,7 +20,7 @@ from agentrt.agent import Observation, ToolRuntime, render_observation, run_with
 from agentrt_tools.sqlite import SqliteTool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chat"))
-from tiny_tokenizer import mistral_tokenizer  # noqa: E402
+from tiny_mistral import mistral_tokenizer  # noqa: E402
 
 SYSTEM = (
     "You are a helpful assistant. Call a tool by writing "

@@ -2,7 +2,7 @@
 
 Some families open a tool call with a special token (Mistral's ``[TOOL_CALLS]``, Llama 3.1's
 ``<|python_tag|>``); ``decode(..., skip_special_tokens=True)`` drops it, so a parser never
-sees the call open. :func:`keep_markers` wraps such a tokenizer in a :class:`MarkerTokenizer`
+sees the call open. :func:`marker_tokenizer` wraps such a tokenizer in a :class:`MarkerTokenizer`
 whose ``decode`` skips every other special token but keeps the markers, exactly as the
 tokenizer would decode them if they were not special (the skipped ids are left out and the
 rest is decoded as one run, so spacing around a marker is the tokenizer's own).
@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MarkerTokenizer", "keep_markers", "skipped_special_tokens"]
+__all__ = ["MarkerTokenizer", "marker_tokenizer", "skipped_special_tokens"]
 
 _SKIPPED: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
 
@@ -74,12 +74,12 @@ class MarkerTokenizer:
         return getattr(self.tokenizer, name)
 
 
-def keep_markers(tokenizer: Any, markers: Iterable[str]) -> Any:
+def marker_tokenizer(tokenizer: Any, markers: Iterable[str]) -> MarkerTokenizer | None:
     """A :class:`MarkerTokenizer` over ``tokenizer`` when one of ``markers`` is a special
-    token that decoding skips; else ``tokenizer`` itself."""
+    token that decoding skips; else None (decoding keeps them already)."""
     markers = tuple(markers)
-    if not markers or not any(_is_skipped_marker(tokenizer, m) for m in markers):
-        return tokenizer
+    if not any(_is_skipped_marker(tokenizer, m) for m in markers):
+        return None
     return MarkerTokenizer(tokenizer, markers)
 
 
