@@ -14,31 +14,32 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 __all__ = ["MarkerTokenizer", "marker_tokenizer", "skipped_special_tokens"]
 
+T = TypeVar("T")
 _SKIPPED: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[Any, dict[frozenset[str], _Plan]] = \
+    weakref.WeakKeyDictionary()
 
 
 def skipped_special_tokens(tokenizer: Any) -> dict[int, str]:
     """Id → text of every token that ``decode(skip_special_tokens=True)`` drops (cached per
     tokenizer); empty for a tokenizer without added or special tokens."""
-    try:
-        return _SKIPPED[tokenizer]
-    except (KeyError, TypeError):
-        pass
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    ids = sorted({*added, *getattr(tokenizer, "all_special_ids", ())})
-    skipped = {i: text for i in ids
-               if (text := tokenizer.decode([i], skip_special_tokens=False))
-               and not tokenizer.decode([i], skip_special_tokens=True)}
-    try:
-        _SKIPPED[tokenizer] = skipped
-    except TypeError:  # not weakly referenceable: recomputed next time
-        pass
-    return skipped
+    return _cached(_SKIPPED, tokenizer, lambda: _find_skipped(tokenizer))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a :class:`MarkerTokenizer` keeps and drops (no reference to the tokenizer, so it
+    is cached per tokenizer and marker set: a chat call builds one per request)."""
+
+    kept_ids: frozenset[int]
+    skipped_ids: frozenset[int]
+    dropped: re.Pattern[str] | None
 
 
 class MarkerTokenizer:
@@ -47,13 +48,15 @@ class MarkerTokenizer:
 
     def __init__(self, tokenizer: Any, markers: Iterable[str]) -> None:
         self.tokenizer = tokenizer
-        skipped = skipped_special_tokens(tokenizer)
-        wanted = set(markers)
+        wanted = frozenset(markers)
+        plans = _cached(_PLANS, tokenizer, dict)
+        plan = plans.get(wanted)
+        if plan is None:
+            plan = plans[wanted] = _make_plan(tokenizer, wanted)
         #: the markers' ids that decoding would otherwise skip
-        self.kept_ids = frozenset(i for i, text in skipped.items() if text in wanted)
-        self.skipped_ids = frozenset(skipped) - self.kept_ids
-        dropped = sorted({skipped[i] for i in self.skipped_ids}, key=len, reverse=True)
-        self._dropped = re.compile("|".join(map(re.escape, dropped))) if dropped else None
+        self.kept_ids = plan.kept_ids
+        self.skipped_ids = plan.skipped_ids
+        self._dropped = plan.dropped
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False, **kwargs: Any) -> str:
         """The tokenizer's decode; skipping special tokens keeps the markers."""
@@ -90,3 +93,32 @@ def _is_skipped_marker(tokenizer: Any, marker: str) -> bool:
     except (AttributeError, TypeError):  # a fake tokenizer without encode(add_special_tokens)
         return False
     return len(ids) == 1 and not tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _make_plan(tokenizer: Any, markers: frozenset[str]) -> _Plan:
+    skipped = skipped_special_tokens(tokenizer)
+    kept = frozenset(i for i, text in skipped.items() if text in markers)
+    dropped = sorted({text for i, text in skipped.items() if i not in kept}, key=len,
+                     reverse=True)
+    pattern = re.compile("|".join(map(re.escape, dropped))) if dropped else None
+    return _Plan(kept, frozenset(skipped) - kept, pattern)
+
+
+def _find_skipped(tokenizer: Any) -> dict[int, str]:
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids = sorted({*added, *getattr(tokenizer, "all_special_ids", ())})
+    return {i: text for i in ids
+            if (text := tokenizer.decode([i], skip_special_tokens=False))
+            and not tokenizer.decode([i], skip_special_tokens=True)}
+
+
+def _cached(cache: weakref.WeakKeyDictionary[Any, T], tokenizer: Any, make: Callable[[], T]) -> T:
+    """``cache[tokenizer]``, made on first use (a tokenizer that cannot be weakly referenced
+    or hashed gets a fresh one each time)."""
+    try:
+        return cache[tokenizer]
+    except KeyError:
+        value = cache[tokenizer] = make()
+        return value
+    except TypeError:
+        return make()
