@@ -31,6 +31,7 @@ tokenized once with the model's tokenizer; every engine receives the same ids.
 
     python benchmarks/engine.py                 # agentrt auto (Q4_1) / float32 / int4, peers
     python benchmarks/engine.py --model FILE.gguf --no-hf --quantization auto
+    python benchmarks/make_gguf.py              # makes Q4_K_M / Q8_0 / Q4_1 files to run
     python benchmarks/engine.py --dtype bfloat16 --no-llamacpp --quantization none
 """
 
@@ -419,7 +420,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: %(default)s, torch's default)")
     p.add_argument("--model", default=None,
                    help="a .gguf file or any name agentrt finds (default: the embedded "
-                        "SmolLM2-135M-Instruct Q4_1 GGUF); llama.cpp runs the same file")
+                        "SmolLM2-135M-Instruct Q4_1 GGUF); llama.cpp runs the same file. "
+                        "benchmarks/make_gguf.py makes Q4_K_M, Q8_0 and Q4_1 files of SmolLM2 "
+                        "and of a 0.5B random-weight llama (benchmarks/README.md)")
     p.add_argument("--quantization", default="auto,none,int4",
                    help="agentrt runs, comma-separated EngineConfig.quantization values "
                         "(auto/gguf/int8/int4 need float32; default: %(default)s)")
@@ -461,7 +464,7 @@ def make_llamacpp(args: argparse.Namespace, work: Workload,
         return None
     if importlib.util.find_spec("llama_cpp") is None:
         print("llama.cpp: skipped (llama-cpp-python is not installed; it is an optional peer: "
-              "`pip install llama-cpp-python` to add it)")
+              "`pip install -e .[bench]` adds it)")
         return None
     if not model_path.is_file():
         print("llama.cpp: skipped (the model is a folder, not a GGUF file)")

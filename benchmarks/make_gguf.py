@@ -124,7 +124,7 @@ def write_streamed(writer, path: Path, tensors: dict[str, tuple[tuple[int, ...],
     writer.close()
 
 
-def write_smollm2_f32(source: Path, path: Path) -> None:
+def write_f32(source: Path, path: Path) -> None:
     """``source`` (any GGUF) with every tensor dequantized to F32; metadata copied."""
     import gguf
 
@@ -243,7 +243,7 @@ def make_model(model: str, out: Path, formats: tuple[str, ...], args: argparse.N
     if model == "smollm2":
         name = SMOLLM2_NAME
         source = produce(out / f"{name}-f32.gguf", args.force,
-                         lambda p: write_smollm2_f32(embedded, p))
+                         lambda p: write_f32(embedded, p))
     else:
         spec = args.random_spec
         name = spec.name
