@@ -157,7 +157,9 @@ def test_bad_inputs_raise_clear_errors():
         dequantize_rows(raw, T.Q8_0, (4, 64), torch.tensor([4]))
 
 
-INT8_CASES = [(t, s) for t, s in CASES if t in INT8_FORMATS]
+# 19 blocks of 32: two groups of 8 and an odd tail for the AVX-512 kernels; 17 rows: odd
+INT8_CASES = [(t, s) for t, s in CASES if t in INT8_FORMATS] + [
+    (t, (17, 608)) for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)]
 
 
 @pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=_name)
@@ -179,7 +181,7 @@ def test_int8_activations_are_ggmls_blocks(qtype, shape):
 
 
 @pytest.mark.parametrize("isa", _isas())
-@pytest.mark.parametrize("rows", [1, 3, 8, 13, 32])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 13, 40])  # remainders of 8 activation rows
 @pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=_name)
 def test_int8_linear_equals_its_reference(qtype, shape, rows, isa):
     raw = random_blocks(qtype, shape, seed=rows)

@@ -10,6 +10,13 @@
 // float multiply-add per block applies d_w * d_x. The result equals `(q_x * d_x) @ W.T` -- W the
 // exact dequantized weight -- up to float32 rounding and summation order; the Python twin
 // computes exactly that. Output rows are split across OpenMP threads (torch's libgomp).
+//
+// Each weight block is decoded once per call and meets every activation row of the batch (up
+// to 8 per pass) while it sits in registers; with AVX-512 VNNI the 32-value formats decode 8
+// blocks at a time into an order the activations were laid out in to match (Grouped), so a
+// float multiply-add applies the scales once per 256 values, not per 32. The activations are
+// quantized into buffers of the calling thread that grow to the largest call (no allocation
+// per call after that).
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -39,8 +46,9 @@ struct Acts {           // M rows of K quantized activations
     std::vector<int16_t> bsum;  // (M, K / 16) sums of q (k-quants)
     std::vector<int16_t> bsum32;  // (M, K / 32) sums of q (k-quants, for the AVX-512 form)
     std::vector<int8_t> q45;  // (M, K): q in the AVX-512 Q4_K / Q5_K order (see row_k45_512)
-    std::vector<float> d16;   // (M, ceil(K / 64), 16): two blocks' d, each 8 times (AVX-512)
-    std::vector<float> ds;    // (M, K / 32 + 1): d * s, the block's sum of x (AVX-512), 0 after
+    std::vector<int8_t> qg;   // (M, stride): q in the AVX-512 32-value layout (see Grouped)
+    std::vector<float> dv;    // (M, vectors, 16): d per lane of that layout
+    std::vector<float> sv;    // (M, vectors, 16): each lane's share of d * s
 };
 
 static inline int8_t clamp127(float v) {
@@ -89,30 +97,59 @@ static void reorder45(Acts& a, int64_t M, int64_t K) {
         }
 }
 
-// The 32-value scales as the AVX-512 form multiplies them: d of blocks 2p and 2p + 1 in lanes
-// 0..7 and 8..15 of pair p (0 past the last block).
-static void spread32(Acts& a, int64_t M, int64_t K) {
-    const int64_t blocks = K / 32, pairs = (blocks + 1) / 2;
-    a.d16.assign(M * pairs * 16, 0.f);
-    a.ds.assign(M * blocks + 1, 0.f);
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t b = 0; b < blocks; ++b) {
-            for (int j = 0; j < 8; ++j)
-                a.d16[(m * pairs + b / 2) * 16 + 8 * (b % 2) + j] = a.d[m * blocks + b];
-            a.ds[m * blocks + b] = a.d[m * blocks + b] * (float)a.s[m * blocks + b];
-        }
+// The activations of the AVX-512 32-value kernels, per row: `groups` groups of 8 blocks (256
+// bytes: vector j holds values 8j..8j+7 of each block, block b in bytes 8b..8b+7), then the
+// `tail` blocks whole, two per 64-byte vector (zeros after an odd last one). Per vector, 16
+// lanes of d (dv) and of the lane's share of d * s (sv: halves in a group, eighths in a pair --
+// powers of two, so the lanes of a block add up to d * s exactly). `flip`: q + 128, unsigned.
+struct Grouped {
+    int64_t groups, tail, pairs, vectors, stride;
+};
+
+static Grouped grouped(int64_t K) {
+    const int64_t blocks = K / 32, groups = blocks / 8, tail = blocks % 8, pairs = (tail + 1) / 2;
+    return {groups, tail, pairs, groups + pairs, 64 * (4 * groups + pairs)};
 }
 
+static void group_row(const int8_t* q, const float* d, const int32_t* s, const Grouped& L,
+                      bool flip, int8_t* out, float* dv, float* sv) {
+    const uint64_t bias = flip ? 0x8080808080808080ull : 0;
+    for (int64_t b = 0; b < 8 * L.groups + L.tail; ++b) {
+        const bool in_group = b < 8 * L.groups;
+        const int64_t t = b - 8 * L.groups, v = in_group ? b / 8 : L.groups + t / 2;
+        const int lanes = in_group ? 2 : 8, first = in_group ? 2 * (b % 8) : 8 * (t % 2);
+        for (int j = 0; j < 4; ++j) {
+            uint64_t u;
+            memcpy(&u, q + 32 * b + 8 * j, 8);
+            u ^= bias;
+            const int64_t at = in_group ? 256 * v + 64 * j + 8 * (b % 8)
+                                        : 256 * L.groups + 64 * (t / 2) + 32 * (t % 2) + 8 * j;
+            memcpy(out + at, &u, 8);
+        }
+        const float share = d[b] * (float)s[b] / (float)lanes;
+        for (int l = 0; l < lanes; ++l) dv[16 * v + first + l] = d[b], sv[16 * v + first + l] = share;
+    }
+    if (L.tail % 2) {
+        memset(out + L.stride - 32, 0, 32);
+        for (int l = 8; l < 16; ++l) dv[16 * (L.vectors - 1) + l] = sv[16 * (L.vectors - 1) + l] = 0.f;
+    }
+}
+
+// `L`: also lay the rows out for the AVX-512 32-value kernels (flipped for signed weights).
 static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a,
-                     int32_t num_threads = 1) {
+                     int32_t num_threads = 1, const Grouped* L = nullptr, bool flip = false) {
     a.q.resize(M * K);
     a.d.resize(M * K / (k_quant ? 256 : 32));
     a.s.resize(k_quant ? 0 : M * K / 32);
     a.bsum.resize(k_quant ? M * K / 16 : 0);
+    if (L) a.qg.resize(M * L->stride), a.dv.resize(M * L->vectors * 16), a.sv.resize(a.dv.size());
     #pragma omp parallel for num_threads(num_threads) schedule(static) if (M > 1)
     for (int64_t m = 0; m < M; ++m) {
         if (k_quant) quantize256(x + m * K, K, &a.q[m * K], &a.d[m * K / 256], &a.bsum[m * K / 16]);
         else quantize32(x + m * K, K, &a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32]);
+        if (L)
+            group_row(&a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32], *L, flip,
+                      &a.qg[m * L->stride], &a.dv[m * L->vectors * 16], &a.sv[m * L->vectors * 16]);
     }
 }
 
@@ -124,13 +161,18 @@ struct View {
     const int16_t* bsum;
     const int16_t* bsum32;
     const int8_t* q45;
-    const float* d16;
-    const float* ds;
+};
+
+// The activations of the AVX-512 32-value kernels.
+struct GView {
+    const int8_t* q;
+    const float* dv;
+    const float* sv;
+    Grouped layout;
 };
 
 static View view(const Acts& a) {
-    return {a.q.data(), a.d.data(), a.s.data(), a.bsum.data(), a.bsum32.data(), a.q45.data(),
-            a.d16.data(), a.ds.data()};
+    return {a.q.data(), a.d.data(), a.s.data(), a.bsum.data(), a.bsum32.data(), a.q45.data()};
 }
 
 // ---- integer helpers ----
@@ -350,6 +392,7 @@ static void row_q6k(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, f
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")
 
 static constexpr int R512 = 8;
+static constexpr int WR1 = 2, XR32 = 8;  // weight rows (one activation row), activation rows
 
 static inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
 static inline __m512i lo4_512(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0xF)); }
@@ -489,45 +532,248 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
         out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum(shift[i]);
 }
 
-// 32-value formats, two blocks per 64-byte vector: dpbusd of u8 weights (or |w| against x
-// with w's sign) and x into int32 lanes 0..7 (block 2p) and 8..15 (block 2p + 1).
-template <int32_t TYPE, int ROWS>
-static void row32_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
-                      int64_t N) {
-    using B = Block32<TYPE>;
-    const int64_t blocks = K / 32, pairs = (blocks + 1) / 2;
-    __m512 acc[ROWS];
-    float offset[ROWS];
-    #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), offset[i] = 0.f;
-    for (int64_t p = 0; p < pairs; ++p) {
-        const uint8_t* b = wrow + 2 * p * B::BYTES;
-        const bool two = 2 * p + 1 < blocks;
-        const float d0 = half(b), d1 = two ? half(b + B::BYTES) : 0.f;
-        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(B::values(b)),
-                                             two ? B::values(b + B::BYTES)
-                                                 : _mm256_setzero_si256(), 1);
-        const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
-        const __m512i mag = B::MIN ? q : _mm512_abs_epi8(q);
-        const __mmask64 negative = _mm512_movepi8_mask(q), valid = two ? ~0ull : 0xFFFFFFFFull;
-        const float min0 = B::MIN ? half(b + 2) : 0.f;
-        const float min1 = B::MIN && two ? half(b + B::BYTES + 2) : 0.f;
-        #pragma GCC unroll 8
-        for (int i = 0; i < ROWS; ++i) {
-            const int64_t row = m0 + i;
-            __m512i x = _mm512_maskz_loadu_epi8(valid, &a.q[row * K + 64 * p]);
-            if (!B::MIN) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, x);
-            const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(&a.d16[(row * pairs + p) * 16]));
-            acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc[i]);
-            if (B::MIN) {  // NOTE: min1 is 0 past a row's last block, and ds ends with a 0
-                const float* ds = &a.ds[row * blocks + 2 * p];
-                offset[i] += min0 * ds[0] + min1 * ds[1];
-            }
+// ---- 32-value formats: eight blocks at a time (AVX-512 VNNI) ----
+//
+// A group of 8 weight blocks is decoded once per call into four 64-byte vectors: vector j
+// holds values 8j..8j+7 of each block, block b in bytes 8b..8b+7 -- two int32 lanes of a
+// dpbusd. The activations were laid out the same way (see Grouped), so four dpbusd leave each
+// block's whole integer dot product in its two lanes, and one float multiply-add per 256
+// values applies d_w * d_x. Blocks past the last full group run two to a vector, whole.
+// Q4_0 and Q5_0 run as their unsigned values with a minimum of -8 d (-16 d); Q8_0's signed
+// values meet q + 128 (unsigned), from a start of -128 * (sum of the weights in each lane).
+
+// 16 bytes at p, p + stride, p + 2 stride, p + 3 stride.
+static inline __m512i load4x16(const uint8_t* p, int64_t stride) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)p));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(p + stride)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(p + 2 * stride)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(p + 3 * stride)), 3);
+}
+
+// 16 bytes of each of 8 blocks (stride apart) -> bytes 0..7 of each (lo), bytes 8..15 (hi).
+static inline void split8(const uint8_t* p, int64_t stride, __m512i& lo, __m512i& hi) {
+    const __m512i a = load4x16(p, stride), b = load4x16(p + 4 * stride, stride);
+    lo = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), b);
+    hi = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), b);
+}
+
+// The f16 at p + b * stride (b = 0..7) in lanes 2b and 2b + 1; `high`: the f16 two bytes on.
+template <bool HIGH = false>
+static inline __m512 halves8(const uint8_t* p, int64_t stride) {
+    const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                          _mm256_set1_epi32((int)stride));
+    __m256i v = _mm256_i32gather_epi32((const int*)p, at, 1);
+    v = HIGH ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+    return _mm512_cvtph_ps(_mm256_or_si256(v, _mm256_slli_epi32(v, 16)));
+}
+
+// Q5: the fifth bits (32 at p + b * stride, bit i = value i) as byte masks of the 4 vectors.
+static inline void fifth8(const uint8_t* p, int64_t stride, __mmask64 m[4]) {
+    alignas(32) uint32_t qh[8];
+    for (int b = 0; b < 8; ++b) memcpy(&qh[b], p + b * stride, 4);
+    const __m256i order = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m256i t = _mm256_shuffle_epi8(_mm256_load_si256((const __m256i*)qh), order);
+    const __m128i lo = _mm256_castsi256_si128(t), hi = _mm256_extracti128_si256(t, 1);
+    const __m128i a = _mm_unpacklo_epi32(lo, hi), b = _mm_unpackhi_epi32(lo, hi);
+    m[0] = (__mmask64)_mm_cvtsi128_si64(a), m[1] = (__mmask64)_mm_extract_epi64(a, 1);
+    m[2] = (__mmask64)_mm_cvtsi128_si64(b), m[3] = (__mmask64)_mm_extract_epi64(b, 1);
+}
+
+// One weight row's share of a group (or of a tail pair): values, d and minimum per lane, and
+// the int32 start of the dot product.
+struct WGroup {
+    __m512i w[4];
+    __m512 d, m;
+    __m512i init;
+};
+
+template <int32_t TYPE> struct G32;  // BYTES; SIGNED; group(b, out); pair(b, two, out)
+
+template <int32_t TYPE, int NIB, int QH>
+struct G32Nibbles {  // Q4_0, Q4_1, Q5_0, Q5_1 (QH: offset of the fifth bits, or -1)
+    static constexpr bool SIGNED = false;
+    static inline void values(const uint8_t* b, int64_t bytes, __m512i w[4]) {
+        __m512i lo, hi;
+        split8(b + NIB, bytes, lo, hi);
+        w[0] = lo4_512(lo), w[1] = lo4_512(hi), w[2] = hi4_512(lo), w[3] = hi4_512(hi);
+        if (QH >= 0) {
+            __mmask64 m[4];
+            fifth8(b + QH, bytes, m);
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j)
+                w[j] = _mm512_mask_add_epi8(w[j], m[j], w[j], _mm512_set1_epi8(16));
         }
     }
-    #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + offset[i];
+    static inline __m256i values32(const uint8_t* b) {  // one block, ggml's order, unsigned
+        const __m256i q = nibbles32(b + NIB);
+        if (QH < 0) return q;
+        return _mm256_or_si256(q, _mm256_and_si256(bits32(b + QH), _mm256_set1_epi8(16)));
+    }
+};
+
+template <int32_t TYPE> struct G32Traits;
+template <> struct G32Traits<Q4_0> : G32Nibbles<Q4_0, 2, -1> {
+    static constexpr int64_t BYTES = 18;
+    static constexpr float OFFSET = -8.f;  // minimum = OFFSET * d
+    static constexpr int MIN_AT = -1;
+};
+template <> struct G32Traits<Q4_1> : G32Nibbles<Q4_1, 4, -1> {
+    static constexpr int64_t BYTES = 20;
+    static constexpr float OFFSET = 0.f;
+    static constexpr int MIN_AT = 2;
+};
+template <> struct G32Traits<Q5_0> : G32Nibbles<Q5_0, 6, 2> {
+    static constexpr int64_t BYTES = 22;
+    static constexpr float OFFSET = -16.f;
+    static constexpr int MIN_AT = -1;
+};
+template <> struct G32Traits<Q5_1> : G32Nibbles<Q5_1, 8, 4> {
+    static constexpr int64_t BYTES = 24;
+    static constexpr float OFFSET = 0.f;
+    static constexpr int MIN_AT = 2;
+};
+template <> struct G32Traits<Q8_0> {
+    static constexpr int64_t BYTES = 34;
+    static constexpr bool SIGNED = true;
+    static constexpr float OFFSET = 0.f;
+    static constexpr int MIN_AT = -1;
+    static inline void values(const uint8_t* b, int64_t bytes, __m512i w[4]) {
+        split8(b + 2, bytes, w[0], w[1]);
+        split8(b + 18, bytes, w[2], w[3]);
+    }
+    static inline __m256i values32(const uint8_t* b) { return load32(b + 2); }
+};
+
+template <int32_t TYPE>
+static constexpr bool has_min() {
+    return G32Traits<TYPE>::MIN_AT >= 0 || G32Traits<TYPE>::OFFSET != 0.f;
+}
+
+// -128 * (sum of the signed weights in each int32 lane), for q + 128 activations.
+static inline __m512i signed_start(const __m512i* w, int count) {
+    __m512i s = _mm512_setzero_si512();
+    for (int j = 0; j < count; ++j) s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(1), w[j]);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 7));
+}
+
+template <int32_t TYPE>
+static inline void group32(const uint8_t* b, WGroup& g) {
+    using B = G32Traits<TYPE>;
+    B::values(b, B::BYTES, g.w);
+    g.d = halves8(b, B::BYTES);
+    if constexpr (B::MIN_AT >= 0) g.m = halves8<true>(b, B::BYTES);  // NOTE: MIN_AT is 2
+    else g.m = _mm512_mul_ps(g.d, _mm512_set1_ps(B::OFFSET));
+    g.init = B::SIGNED ? signed_start(g.w, 4) : _mm512_setzero_si512();
+}
+
+// Blocks b (and b + 1 when `two`) whole in one vector; d, minimum 8 lanes each.
+template <int32_t TYPE>
+static inline void pair32(const uint8_t* b, bool two, WGroup& g) {
+    using B = G32Traits<TYPE>;
+    const __m256i second = two ? B::values32(b + B::BYTES) : _mm256_setzero_si256();
+    g.w[0] = _mm512_inserti64x4(_mm512_castsi256_si512(B::values32(b)), second, 1);
+    const float d0 = half(b), d1 = two ? half(b + B::BYTES) : 0.f;
+    g.d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+    if constexpr (B::MIN_AT >= 0) {
+        const float m0 = half(b + B::MIN_AT), m1 = two ? half(b + B::BYTES + B::MIN_AT) : 0.f;
+        g.m = _mm512_insertf32x8(_mm512_set1_ps(m0), _mm256_set1_ps(m1), 1);
+    } else {
+        g.m = _mm512_mul_ps(g.d, _mm512_set1_ps(B::OFFSET));
+    }
+    g.init = B::SIGNED ? signed_start(g.w, 1) : _mm512_setzero_si512();
+}
+
+// V activation vectors of vector index v (its scales at v) against WR weight rows' share g.
+template <int32_t TYPE, int WR, int XR, int V>
+static inline void dot32g(const WGroup* g, const GView& a, int64_t m0, int64_t v, int64_t at,
+                          __m512 (&acc)[WR][XR]) {
+    using B = G32Traits<TYPE>;
+    const Grouped& L = a.layout;
+    #pragma GCC unroll 16
+    for (int i = 0; i < XR; ++i) {
+        const int8_t* x = a.q + (m0 + i) * L.stride + at;
+        const __m512 dx = _mm512_loadu_ps(a.dv + ((m0 + i) * L.vectors + v) * 16);
+        __m512 sx = dx;
+        if constexpr (has_min<TYPE>()) sx = _mm512_loadu_ps(a.sv + ((m0 + i) * L.vectors + v) * 16);
+        __m512i xs[V];
+        #pragma GCC unroll 4
+        for (int j = 0; j < V; ++j) xs[j] = _mm512_loadu_si512(x + 64 * j);
+        #pragma GCC unroll 4
+        for (int r = 0; r < WR; ++r) {
+            __m512i dot = g[r].init;
+            #pragma GCC unroll 4
+            for (int j = 0; j < V; ++j)
+                dot = B::SIGNED ? _mm512_dpbusd_epi32(dot, xs[j], g[r].w[j])
+                                : _mm512_dpbusd_epi32(dot, g[r].w[j], xs[j]);
+            acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(g[r].d, dx), _mm512_cvtepi32_ps(dot),
+                                        acc[r][i]);
+            if constexpr (has_min<TYPE>()) acc[r][i] = _mm512_fmadd_ps(g[r].m, sx, acc[r][i]);
+        }
+    }
+}
+
+// WR weight rows (row_bytes apart) against XR activation rows from m0: out[i * N + r].
+template <int32_t TYPE, int WR, int XR>
+static void rows32g(const uint8_t* w, int64_t row_bytes, const GView& a, int64_t m0,
+                    float* out, int64_t N) {
+    using B = G32Traits<TYPE>;
+    const Grouped& L = a.layout;
+    __m512 acc[WR][XR];
+    #pragma GCC unroll 16
+    for (int r = 0; r < WR; ++r)
+        #pragma GCC unroll 16
+        for (int i = 0; i < XR; ++i) acc[r][i] = _mm512_setzero_ps();
+    WGroup g[WR];
+    for (int64_t v = 0; v < L.groups; ++v) {
+        #pragma GCC unroll 4
+        for (int r = 0; r < WR; ++r) group32<TYPE>(w + r * row_bytes + 8 * v * B::BYTES, g[r]);
+        dot32g<TYPE, WR, XR, 4>(g, a, m0, v, 256 * v, acc);
+    }
+    for (int64_t p = 0; p < L.pairs; ++p) {
+        const int64_t first = 8 * L.groups + 2 * p;
+        #pragma GCC unroll 4
+        for (int r = 0; r < WR; ++r)
+            pair32<TYPE>(w + r * row_bytes + first * B::BYTES, 2 * p + 1 < L.tail, g[r]);
+        dot32g<TYPE, WR, XR, 1>(g, a, m0, L.groups + p, 256 * L.groups + 64 * p, acc);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < WR; ++r)
+        #pragma GCC unroll 16
+        for (int i = 0; i < XR; ++i) out[i * N + r] = _mm512_reduce_add_ps(acc[r][i]);
+}
+
+template <int32_t TYPE, int WR>
+static inline void cols32g(const uint8_t* w, int64_t row_bytes, const GView& a, int64_t M,
+                           float* out, int64_t N) {
+    int64_t m = 0;
+    for (; m + XR32 <= M; m += XR32) rows32g<TYPE, WR, XR32>(w, row_bytes, a, m, out + m * N, N);
+    if (XR32 > 4 && m + 4 <= M) rows32g<TYPE, WR, 4>(w, row_bytes, a, m, out + m * N, N), m += 4;
+    if (m + 2 <= M) rows32g<TYPE, WR, 2>(w, row_bytes, a, m, out + m * N, N), m += 2;
+    if (m < M) rows32g<TYPE, WR, 1>(w, row_bytes, a, m, out + m * N, N);
+}
+
+template <int32_t TYPE, int WR>
+static void tiles32g(const uint8_t* w, int64_t row_bytes, const GView& a, int64_t M, int64_t N,
+                     float* out, int32_t num_threads) {
+    const int64_t tiles = (N + WR - 1) / WR;
+    #pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t n = t * WR;
+        if (n + WR <= N) cols32g<TYPE, WR>(w + n * row_bytes, row_bytes, a, M, out + n, N);
+        else
+            for (int64_t k = n; k < N; ++k)
+                cols32g<TYPE, 1>(w + k * row_bytes, row_bytes, a, M, out + k, N);
+    }
+}
+
+// One activation row: WR1 weight rows share its loads; more: XR32 activation rows share each
+// decoded weight row.
+template <int32_t TYPE>
+static void linear32g(const uint8_t* w, int64_t row_bytes, const GView& a, int64_t M, int64_t N,
+                      float* out, int32_t num_threads) {
+    if (M == 1) tiles32g<TYPE, WR1>(w, row_bytes, a, M, N, out, num_threads);
+    else tiles32g<TYPE, 1>(w, row_bytes, a, M, N, out, num_threads);
 }
 
 template <int32_t TYPE, int ROWS>
@@ -535,8 +781,7 @@ static inline void rows512(const uint8_t* wrow, const View& a, int64_t m0, int64
                            int64_t N) {
     if constexpr (TYPE == Q4_K) row_k45_512<false, ROWS>(wrow, a, m0, K, out, N);
     else if constexpr (TYPE == Q5_K) row_k45_512<true, ROWS>(wrow, a, m0, K, out, N);
-    else if constexpr (TYPE == Q6_K) row_q6k_512<ROWS>(wrow, a, m0, K, out, N);
-    else row32_512<TYPE, ROWS>(wrow, a, m0, K, out, N);
+    else row_q6k_512<ROWS>(wrow, a, m0, K, out, N);
 }
 
 template <int32_t TYPE>
@@ -592,25 +837,25 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
                                             const float* x, int64_t M, int64_t K, int64_t N,
                                             float* out, int32_t num_threads, int32_t isa) {
     const bool k_quant = type == Q4_K || type == Q5_K || type == Q6_K;
-    Acts a;
+    static thread_local Acts a;  // NOTE: grows to the largest call, no allocation after that
     switch (type) {
         case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case Q4_K: case Q5_K: case Q6_K:
             break;
         default: return -1;
     }
-    quantize(x, M, K, k_quant, a, num_threads);
-    if (isa == 512) {
-        if (type == Q4_K || type == Q5_K) reorder45(a, M, K);
-        if (!k_quant) spread32(a, M, K);
-    }
+    const Grouped L = grouped(K);
+    const bool by_group = isa == 512 && !k_quant;
+    quantize(x, M, K, k_quant, a, num_threads, by_group ? &L : nullptr, type == Q8_0);
+    if (isa == 512 && (type == Q4_K || type == Q5_K)) reorder45(a, M, K);
     const View v = view(a);
+    const GView g = {a.qg.data(), a.dv.data(), a.sv.data(), L};
     if (isa == 512) {
         switch (type) {
-            case Q4_0: linear512<Q4_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
-            case Q4_1: linear512<Q4_1>(w, row_bytes, v, M, K, N, out, num_threads); break;
-            case Q5_0: linear512<Q5_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
-            case Q5_1: linear512<Q5_1>(w, row_bytes, v, M, K, N, out, num_threads); break;
-            case Q8_0: linear512<Q8_0>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q4_0: linear32g<Q4_0>(w, row_bytes, g, M, N, out, num_threads); break;
+            case Q4_1: linear32g<Q4_1>(w, row_bytes, g, M, N, out, num_threads); break;
+            case Q5_0: linear32g<Q5_0>(w, row_bytes, g, M, N, out, num_threads); break;
+            case Q5_1: linear32g<Q5_1>(w, row_bytes, g, M, N, out, num_threads); break;
+            case Q8_0: linear32g<Q8_0>(w, row_bytes, g, M, N, out, num_threads); break;
             case Q4_K: linear512<Q4_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
             case Q5_K: linear512<Q5_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
             default: linear512<Q6_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
