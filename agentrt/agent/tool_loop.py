@@ -64,6 +64,9 @@ _RENDER = {
     "react": "\nObservation: {text}\nThought:",
 }
 _MISTRAL_CALL_ID_LEN = 9
+# NOTE: what a render starts with that a call's last token may already have written: a
+# Mistral model can write the call's `}` and the list's `]` as one token (`}]`)
+_WRITTEN_WITH_CALL = {"mistral_json": "]"}
 
 
 def render_observation(
@@ -206,7 +209,7 @@ class _Loop:
                     self.segments.append(Segment(out, observation, is_paused=paused))
                     break
                 tokenizer = self.session.backend.tokenizer
-                appended = _encode(tokenizer, self.render(observation, self.syntax))
+                appended = _encode(tokenizer, self._continuation(out, observation, paused))
                 self.segments.append(Segment(out, observation, tuple(appended), paused))
                 context = [*context, *out.token_ids, *appended]
                 self.stream.begin_segment()
@@ -218,6 +221,14 @@ class _Loop:
             tuple(self.segments), tuple(stream.observations), self.max_tokens_saved,
             stream.final_answer, self.session.stats,
         )
+
+    def _continuation(self, out: RequestOutput, observation: Observation, paused: bool) -> str:
+        """The rendered observation, less what the paused call's last token already wrote."""
+        text = self.render(observation, self.syntax)
+        written = _WRITTEN_WITH_CALL.get(self.syntax, "")
+        if paused and written and text.startswith(written) and out.text.endswith(written):
+            return text[len(written):]
+        return text
 
     def _end_segment(self, out: RequestOutput) -> Observation | None:
         """Collect what ended the segment: a rejected or complete call (its observation)."""

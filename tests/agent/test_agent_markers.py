@@ -4,6 +4,7 @@ whose tokenizer holds ``[TOOL_CALLS]`` as a special added token."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -64,19 +65,24 @@ def test_tool_stream_on_token_ids_runs_the_call_only_with_the_marker_kept(tokeni
     assert stream.observations[0].text.strip() == "42"
 
 
-def test_run_with_tools_reads_a_special_token_marker_and_appends_the_results(
-        tokenizer, runtime):
+@pytest.mark.parametrize("merges", [(), (("}", "]"),)], ids=["}", "}]"])
+def test_run_with_tools_reads_a_special_token_marker_and_appends_the_results(merges, runtime):
+    tokenizer = mistral_tokenizer(merges=merges)
     backend = ScriptedBackend(tokenizer, [CALL, " 6*7 is 42.</s>"])
     prompt = tokenizer.encode("<s>[INST] What is 6*7?[/INST]", add_special_tokens=False)
     run = run_with_tools(backend, prompt, SamplingParams(max_tokens=64), tools=runtime,
                          syntax="mistral_json", session="markers", max_calls=1)
     first, second = run.segments
     assert first.is_paused and first.observation.text.strip() == "42"
-    # the hook stopped the stream at the call's closing `}`, before `]</s>`
-    assert first.output.text == CALL.removeprefix("[TOOL_CALLS]").removesuffix("]</s>")
+    # the hook stopped the stream at the token that ended the call: `}`, or `}]` that also
+    # closed the list (then the list is not closed twice)
+    call_text = CALL.removeprefix("[TOOL_CALLS]").removesuffix("]</s>")
+    assert first.output.text == call_text + ("]" if merges else "")
     appended = tokenizer.decode(list(first.appended_ids))
-    assert appended == render_observation(first.observation, "mistral_json")
-    assert appended.startswith("]</s>[TOOL_RESULTS] {\"content\": 42, ")
+    assert first.output.text + appended == \
+        call_text + render_observation(first.observation, "mistral_json")
+    assert re.search(r'</s>\[TOOL_RESULTS\] \{"content": 42, "call_id": "[0-9a-f]{9}"\}'
+                     r"\[/TOOL_RESULTS\]$", appended)
     # the second call's context: prompt, the call as streamed, the appended results
     assert backend.prompts[1] == [*prompt, *first.output.token_ids, *first.appended_ids]
     assert run.text.endswith(" 6*7 is 42.")

@@ -21,11 +21,14 @@ MISTRAL_SPECIALS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]",
                     "[/TOOL_RESULTS]")
 
 
-def mistral_tokenizer(template: str = "mistral-v0.3.jinja") -> PreTrainedTokenizerFast:
-    """A byte-level tokenizer with Mistral's special tokens and ``templates/<template>``."""
+def mistral_tokenizer(template: str = "mistral-v0.3.jinja",
+                      merges: tuple[tuple[str, str], ...] = ()) -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer with Mistral's special tokens and ``templates/<template>``;
+    ``merges`` (ASCII pairs, e.g. ``("}", "]")``) add multi-character tokens."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {tok: i for i, tok in enumerate([*MISTRAL_SPECIALS, *sorted(alphabet)])}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    pieces = [*MISTRAL_SPECIALS, *sorted(alphabet), *(a + b for a, b in merges)]
+    vocab = {tok: i for i, tok in enumerate(pieces)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(MISTRAL_SPECIALS))
