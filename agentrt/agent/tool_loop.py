@@ -167,6 +167,8 @@ def run_with_tools(
     appended (0: stop at the first call); ``params`` apply to every segment. A ``ToolRuntime``
     passed in stays open; tools given by name or instance get a runtime closed at the end.
     ``backend`` is a :class:`~agentrt.backends.base.Backend` or an :class:`agentrt.Engine`.
+    The parser reads markers of ``syntax`` that are special tokens (Mistral's ``[TOOL_CALLS]``)
+    as decoded text; the other special tokens are skipped.
     """
     from agentrt.session import Session
 
