@@ -51,34 +51,69 @@ struct Acts {           // M rows of K quantized activations
     std::vector<float> sv;    // (M, vectors, 16): each lane's share of d * s
 };
 
-static inline int8_t clamp127(float v) {
-    const float r = nearbyintf(v);
-    return (int8_t)(r > 127.f ? 127.f : r < -127.f ? -127.f : r);
+static inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+static inline int32_t hsum8i(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+static inline __m256 abs8(const float* x) {
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.f), _mm256_loadu_ps(x));
+}
+
+// q[0..31] = x * inv rounded half to even, clamped to +-127; sums[h] = the sum of q[16h..].
+static inline void round32(const float* x, float inv, int8_t* q, int32_t sums[2]) {
+    __m256i v[4];
+    for (int k = 0; k < 4; ++k) {
+        __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), _mm256_set1_ps(inv)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f));
+        v[k] = _mm256_cvtps_epi32(r);
+    }
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]),
+                                             _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256((__m256i*)q, _mm256_permutevar8x32_epi32(
+        bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    sums[0] = hsum8i(_mm256_add_epi32(v[0], v[1])), sums[1] = hsum8i(_mm256_add_epi32(v[2], v[3]));
 }
 
 static void quantize32(const float* x, int64_t K, int8_t* q, float* d, int32_t* s) {
     for (int64_t b = 0; b < K / 32; ++b, x += 32, q += 32) {
-        float amax = 0.f;
-        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(x[j]));
-        const float scale = amax / 127.f, inv = scale != 0.f ? 1.f / scale : 0.f;
-        int32_t sum = 0;
-        for (int j = 0; j < 32; ++j) sum += q[j] = clamp127(x[j] * inv);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(abs8(x), abs8(x + 8)),
+                                       _mm256_max_ps(abs8(x + 16), abs8(x + 24)));
+        const float scale = hmax8(m) / 127.f, inv = scale != 0.f ? 1.f / scale : 0.f;
+        int32_t sums[2];
+        round32(x, inv, q, sums);
         d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
-        s[b] = sum;
+        s[b] = sums[0] + sums[1];
     }
 }
 
 static void quantize256(const float* x, int64_t K, int8_t* q, float* d, int16_t* bsum) {
     for (int64_t b = 0; b < K / 256; ++b, x += 256, q += 256, bsum += 16) {
-        float amax = 0.f, xm = 0.f;
-        for (int j = 0; j < 256; ++j)
-            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), xm = x[j];
+        __m256 m = abs8(x);
+        for (int k = 8; k < 256; k += 8) m = _mm256_max_ps(m, abs8(x + k));
+        const float amax = hmax8(m);
+        float xm = 0.f;  // the first value of largest magnitude
+        for (int k = 0; amax != 0.f && k < 256; k += 8) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(abs8(x + k), _mm256_set1_ps(amax),
+                                                             _CMP_EQ_OQ));
+            if (hit) {
+                xm = x[k + __builtin_ctz(hit)];
+                break;
+            }
+        }
         const float inv = amax != 0.f ? -127.f / xm : 0.f;
-        for (int j = 0; j < 256; ++j) q[j] = clamp127(inv * x[j]);
-        for (int g = 0; g < 16; ++g) {
-            int sum = 0;
-            for (int j = 0; j < 16; ++j) sum += q[16 * g + j];
-            bsum[g] = (int16_t)sum;
+        for (int c = 0; c < 8; ++c) {
+            int32_t sums[2];
+            round32(x + 32 * c, inv, q + 32 * c, sums);
+            bsum[2 * c] = (int16_t)sums[0], bsum[2 * c + 1] = (int16_t)sums[1];
         }
         d[b] = amax != 0.f ? 1.f / inv : 0.f;
     }
