@@ -345,6 +345,10 @@ def print_targets(ours: list[Result], peers: list[Result], args: argparse.Namesp
     llama = next((p for p in peers if p.name == LlamaCppRunner.name), None)
     if llama is None or llama.decode1_tps is None:
         return
+    if math.isnan(llama.decode1_tps):
+        print("targets: n/a (llama.cpp's batch-1 rate is n/a: noise swamped T(N) - T(1); "
+              "raise --new-tokens)")
+        return
     for o in ours:
         b1 = o.decode1_tps / llama.decode1_tps
         bb = o.decode_batch_tps / (3 * llama.decode1_tps)

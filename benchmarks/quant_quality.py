@@ -133,12 +133,13 @@ def engine_configs(args: argparse.Namespace) -> list[tuple[str, EngineConfig]]:
         config = EngineConfig(model=args.model, quantization=q, profile_on_start=False)
         resolved = config.resolved_quantization
         label = q if resolved == q else f"{q} ({resolved})"
-        if resolved != "gguf" or not args.gguf_activations:
+        if resolved != "gguf" or not HAS_GGUF_ACTIVATIONS:
             runs.append((label, config))
             continue
-        runs += [(f"{label}, {a} activations",
-                  dataclasses.replace(config, gguf_activations=a))
-                 for a in args.gguf_activations]
+        for a in args.gguf_activations or [config.gguf_activations]:
+            run = dataclasses.replace(config, gguf_activations=a)
+            path = run.resolved_gguf_activations
+            runs.append((f"{label}, {a if a == path else f'{a}={path}'} activations", run))
     return runs
 
 
