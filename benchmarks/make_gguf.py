@@ -36,7 +36,7 @@ import ctypes
 import math
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,7 +221,7 @@ def quiet_llamacpp_log(verbose: bool) -> None:
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
 
-def produce(path: Path, force: bool, make) -> Path:
+def produce(path: Path, force: bool, make: Callable[[Path], None]) -> Path:
     """Run ``make(tmp)`` and move the result to ``path``, unless ``path`` exists: an interrupted
     run never leaves a half-written file that a later run would keep."""
     if path.exists() and not force:
