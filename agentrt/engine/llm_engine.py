@@ -27,6 +27,7 @@ from agentrt.core.model_info import ModelInfo
 from agentrt.core.options import RequestOptions
 from agentrt.core.request import Request, RequestStatus
 from agentrt.core.sampling_params import SamplingParams
+from agentrt.engine.cpu_step import CpuDecodeSteps
 from agentrt.engine.cuda_graph import DecodeGraphs
 from agentrt.engine.grammar import with_grammar_processor
 from agentrt.engine.model_runner import ModelRunner
@@ -67,6 +68,8 @@ class LLMEngine:
         if config.profile_on_start:
             profile(self)
         self._init_cuda_graphs()
+        if self.device.type == "cpu" and not config.enforce_eager:
+            self.runner.cpu_steps = CpuDecodeSteps.build(self.model, self.backend)
 
     # --- construction ----------------------------------------------------------------------
     def _init_threads(self) -> None:

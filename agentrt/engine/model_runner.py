@@ -4,7 +4,8 @@ It flattens every chunk's tokens into one batch, computes their positions and KV
 the block tables, builds the FlashInfer-style paged metadata for the attention backend (on the
 host: it is the plan's input), and computes logits only for the chunks that end in a sample.
 On CUDA the token ids and positions go to the device through pinned memory, and a decode step
-that fits a captured size replays a CUDA graph (:mod:`agentrt.engine.cuda_graph`).
+that fits a captured size replays a CUDA graph (:mod:`agentrt.engine.cuda_graph`); on the CPU
+a decode step of a GGUF model is one C++ call (:mod:`agentrt.engine.cpu_step`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from agentrt.attention.base import AttentionBackend, AttentionMetadata
+from agentrt.engine.cpu_step import CpuDecodeSteps
 from agentrt.engine.cuda_graph import DecodeGraphs
 from agentrt.models.llama import LlamaModel
 from agentrt.scheduler.output import SchedulerOutput
@@ -54,6 +56,8 @@ class ModelRunner:
         self.device = torch.device(device)
         self.graphs: DecodeGraphs | None = None
         """Captured decode steps (CUDA, unless ``enforce_eager``); None = all steps eager."""
+        self.cpu_steps: CpuDecodeSteps | None = None
+        """Decode steps as one C++ call (CPU, GGUF blocks, unless ``enforce_eager``)."""
         model.attn = backend
 
     def run(self, out: SchedulerOutput) -> torch.Tensor:
@@ -69,9 +73,12 @@ class ModelRunner:
         meta, positions = build_metadata(out, self.page_size)
         input_ids = torch.tensor(ids, dtype=torch.int64)
         batch_size = self.graphs.padded_size(meta) if self.graphs is not None else None
+        hidden = None
         if batch_size is not None:
             hidden = self.graphs.run(input_ids, positions, meta, batch_size)
-        else:
+        elif self.cpu_steps is not None:
+            hidden = self.cpu_steps.run(input_ids, positions, meta)
+        if hidden is None:
             self.backend.plan(meta)
             hidden = self.model.forward(self._to_device(input_ids), self._to_device(positions))
         if not sample_rows:

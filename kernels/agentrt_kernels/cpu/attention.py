@@ -7,6 +7,8 @@ gather of the K and V slots into new tensors; prefill chunks keep torch's SDPA.
 
 from __future__ import annotations
 
+import torch
+
 from agentrt.attention.torch_ref import TorchRefBackend
 from agentrt_kernels.cpu.decode_ops import decode_attention
 
@@ -17,6 +19,18 @@ class CpuDecodeBackend(TorchRefBackend):
     """Paged attention: decode rows by agentrt's kernel, prefill by torch (the fallback too)."""
 
     name = "cpu"
+
+    def decode_plan(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The planned step's decode rows as :func:`decode_attention` takes them: ``(slots,
+        lens, rows, max_len)`` (int64, contiguous).
+
+        Raises:
+            RuntimeError: the planned step has no decode rows.
+        """
+        g = self._decode
+        if g is None:
+            raise RuntimeError("the planned step has no decode rows")
+        return g.slots, g.lens, g.rows, g.max_len
 
     def _attend_decode(self, q, k_slots, v_slots, out) -> None:
         g = self._decode

@@ -234,3 +234,140 @@ extern "C" int agentrt_decode_attention(const float* q, int64_t q_stride, const 
     }
     return 0;
 }
+
+// ---- a whole decode step in one call ----
+//
+// The layers of a Llama-family model run here one op after another, exactly as the Python
+// forward pass calls the kernels above and the linear kernels (whose C entries arrive as
+// function pointers), so a decode step costs one call from Python instead of ~10 per layer.
+// The structs mirror `agentrt_kernels.cpu.decode_step` (ctypes); keep the two in sync.
+
+typedef int32_t (*FloatLinearFn)(int32_t, const uint8_t*, const float*, int64_t, int64_t,
+                                 int64_t, float*, int32_t, int32_t);
+typedef int32_t (*Int8LinearFn)(int32_t, const uint8_t*, int64_t, const float*, int64_t,
+                                int64_t, int64_t, float*, int32_t, int32_t);
+
+struct LinearPart {     // one weight in the GGUF file's own blocks
+    void* fn;           // agentrt_gguf_linear (kind 0) or agentrt_gguf_int8_linear (kind 1)
+    int32_t kind, type, isa, pad;
+    const uint8_t* w;
+    int64_t row_bytes, N;
+    const float* bias;  // N floats, or null
+};
+
+struct LinearDesc {     // outputs of `count` parts side by side (a fused QKV or gate/up)
+    const LinearPart* parts;
+    int64_t count, K, N;
+};
+
+struct LayerDesc {
+    const float *input_norm, *post_norm, *q_norm, *k_norm;  // q/k norms: null, or D floats
+    LinearDesc qkv, o, gate_up, down;
+    float *k_slots, *v_slots;  // this layer's flat KV slots (slot = kv_heads x D floats)
+};
+
+struct ModelDesc {
+    const LayerDesc* layers;
+    const float* final_norm;
+    int64_t num_layers, hidden, heads, kv_heads, head_dim, inter;
+    float eps, scale;
+};
+
+struct StepArgs {
+    int64_t T;                  // tokens, one per sequence
+    float* x;                   // (T, hidden) residual stream: the embeddings in, updated
+    float* out;                 // (T, hidden) the final norm's output
+    const float *cos, *sin;     // (T, head_dim) rows of each token's position
+    const int64_t* slot_mapping;  // (T,) KV slot each token writes
+    const int64_t *slots, *lens, *rows;  // decode plan: see agentrt_decode_attention
+    int64_t max_len;
+    float* scratch;             // agentrt_decode_step_scratch(model, T) floats
+    int32_t num_threads;
+};
+
+static int64_t qkv_width(const ModelDesc* m) { return (m->heads + 2 * m->kv_heads) * m->head_dim; }
+
+extern "C" int64_t agentrt_decode_step_scratch(const ModelDesc* m, int64_t T) {
+    int64_t widest = 0;  // a part's own output before it is placed among the others
+    for (int64_t i = 0; i < m->num_layers; ++i)
+        for (const LinearDesc* l : {&m->layers[i].qkv, &m->layers[i].o, &m->layers[i].gate_up,
+                                    &m->layers[i].down})
+            if (l->count > 1)
+                for (int64_t p = 0; p < l->count; ++p)
+                    widest = l->parts[p].N > widest ? l->parts[p].N : widest;
+    return T * (m->hidden + qkv_width(m) + m->heads * m->head_dim + m->hidden +
+                3 * m->inter + widest);
+}
+
+// out (T, l.N) = x (T, l.K) @ W.T (+ bias), part by part; -1 on a kernel's refusal.
+static int32_t run_linear(const LinearDesc& l, const float* x, int64_t T, float* out,
+                          float* tmp, int32_t threads) {
+    int64_t col = 0;
+    for (int64_t p = 0; p < l.count; ++p) {
+        const LinearPart& part = l.parts[p];
+        const bool direct = l.count == 1 || T == 1;  // its rows are contiguous in `out`
+        float* dst = direct ? out + col : tmp;
+        const int32_t rc = part.kind == 0
+            ? ((FloatLinearFn)part.fn)(part.type, part.w, x, T, l.K, part.N, dst, threads,
+                                       part.isa)
+            : ((Int8LinearFn)part.fn)(part.type, part.w, part.row_bytes, x, T, l.K, part.N,
+                                      dst, threads, part.isa);
+        if (rc != 0) return rc;
+        for (int64_t t = 0; t < T; ++t) {
+            float* row = out + t * l.N + col;
+            if (!direct) memcpy(row, tmp + t * part.N, part.N * sizeof(float));
+            if (part.bias)
+                for (int64_t i = 0; i < part.N; ++i) row[i] += part.bias[i];
+        }
+        col += part.N;
+    }
+    return 0;
+}
+
+// The decode step: for each layer, norm -> QKV (+ q/k norm) -> RoPE -> KV write -> attention
+// -> O -> residual + norm -> gate/up -> SiLU * up -> down -> residual + next norm; `out` gets
+// the last norm. 0, or -1 where a kernel refused (nothing is then valid).
+extern "C" int32_t agentrt_decode_step(const ModelDesc* m, const StepArgs* a) {
+    const int64_t T = a->T, H = m->hidden, D = m->head_dim, W = qkv_width(m);
+    const int64_t q_size = m->heads * D, kv_size = m->kv_heads * D;
+    float* h = a->scratch;
+    float* qkv = h + T * H;
+    float* attn = qkv + T * W;
+    float* proj = attn + T * q_size;
+    float* gu = proj + T * H;
+    float* act = gu + T * 2 * m->inter;
+    float* tmp = act + T * m->inter;
+    agentrt_rms_norm(a->x, m->layers[0].input_norm, h, T, H, m->eps);
+    for (int64_t i = 0; i < m->num_layers; ++i) {
+        const LayerDesc& L = m->layers[i];
+        if (run_linear(L.qkv, h, T, qkv, tmp, a->num_threads)) return -1;
+        if (L.q_norm)
+            for (int64_t t = 0; t < T; ++t) {
+                float* row = qkv + t * W;
+                for (int64_t j = 0; j < m->heads; ++j)
+                    norm_row(row + j * D, L.q_norm, row + j * D, D, m->eps);
+                for (int64_t j = 0; j < m->kv_heads; ++j)
+                    norm_row(row + q_size + j * D, L.k_norm, row + q_size + j * D, D, m->eps);
+            }
+        agentrt_rope(qkv, W, T, m->heads, D, a->cos, a->sin);
+        agentrt_rope(qkv + q_size, W, T, m->kv_heads, D, a->cos, a->sin);
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t slot = a->slot_mapping[t];
+            memcpy(L.k_slots + slot * kv_size, qkv + t * W + q_size, kv_size * sizeof(float));
+            memcpy(L.v_slots + slot * kv_size, qkv + t * W + q_size + kv_size,
+                   kv_size * sizeof(float));
+        }
+        if (agentrt_decode_attention(qkv, W, L.k_slots, L.v_slots, a->slots, a->lens, a->rows,
+                                     T, a->max_len, m->heads, m->kv_heads, D, m->scale, attn,
+                                     a->num_threads))
+            return -1;
+        if (run_linear(L.o, attn, T, proj, tmp, a->num_threads)) return -1;
+        agentrt_add_rms_norm(a->x, proj, L.post_norm, h, T, H, m->eps);
+        if (run_linear(L.gate_up, h, T, gu, tmp, a->num_threads)) return -1;
+        agentrt_silu_mul(gu, act, T, m->inter);
+        if (run_linear(L.down, act, T, proj, tmp, a->num_threads)) return -1;
+        const float* next = i + 1 < m->num_layers ? m->layers[i + 1].input_norm : m->final_norm;
+        agentrt_add_rms_norm(a->x, proj, next, i + 1 < m->num_layers ? h : a->out, T, H, m->eps);
+    }
+    return 0;
+}

@@ -1,0 +1,71 @@
+"""Decode steps as one C++ call on the CPU: the CPU's counterpart of :mod:`.cuda_graph`.
+
+A decode step of a small model on the CPU is a few hundred kernel calls, and their dispatch
+from Python costs as much as a third of the step (SmolLM2-135M at batch 1). When every linear
+layer runs a GGUF file's own blocks on agentrt's kernels and attention is the ``cpu`` backend,
+:class:`CpuDecodeSteps` hands each decode-only step (every sequence one new token) to
+:class:`agentrt_kernels.cpu.decode_step.DecodeStep`, which runs the same kernels in the same
+order in C++. Prefill and mixed steps, larger batches than the linear kernels take at once,
+and any other model run the Python forward pass. ``EngineConfig(enforce_eager=True)`` turns it
+off.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agentrt.attention.base import AttentionBackend, AttentionMetadata
+from agentrt.models.llama import LlamaModel
+
+__all__ = ["CpuDecodeSteps"]
+
+
+class CpuDecodeSteps:
+    """Runs decode-only steps of ``model`` through one C++ call; see the module docs."""
+
+    def __init__(self, model: LlamaModel, backend: AttentionBackend, step, max_tokens: int
+                 ) -> None:
+        self.model, self.backend, self.step = model, backend, step
+        self.max_tokens = max_tokens
+        """The most tokens (sequences) one call takes; larger steps run in Python."""
+        self.num_steps = 0
+        """Decode steps this ran."""
+
+    @classmethod
+    def build(cls, model: LlamaModel, backend: AttentionBackend) -> CpuDecodeSteps | None:
+        """The runner, or None where it cannot run: a model off the CPU or not in float32, an
+        attention backend other than ``cpu``, a linear layer that is not GGUF blocks on the C
+        kernels, or kernels that are not built here."""
+        if model.device.type != "cpu" or model.dtype != torch.float32 or backend.name != "cpu":
+            return None
+        from agentrt_kernels.cpu.decode_step import DecodeStep, LayerWeights
+        from agentrt_kernels.cpu.gguf_linear import MAX_KERNEL_ROWS
+
+        c = model.config
+        layers = []
+        for i, layer in enumerate(model.layers):
+            k_slots, v_slots = backend.kv.layer_slots(i)
+            layers.append(LayerWeights(
+                input_norm=layer.input_norm, post_norm=layer.post_norm, q_norm=layer.q_norm,
+                k_norm=layer.k_norm, qkv=layer.qkv, o=layer.o_proj, gate_up=layer.gate_up,
+                down=layer.down, k_slots=k_slots, v_slots=v_slots))
+        step = DecodeStep.build(layers, model.norm, heads=c.num_heads, kv_heads=c.num_kv_heads,
+                                head_dim=c.head_dim, eps=model.eps, scale=backend.scale)
+        return None if step is None else cls(model, backend, step, MAX_KERNEL_ROWS)
+
+    def run(self, input_ids: torch.Tensor, positions: torch.Tensor,
+            meta: AttentionMetadata) -> torch.Tensor | None:
+        """Hidden states (T, hidden) after the final norm, like ``model.forward``; None (nothing
+        done, nothing planned) unless every sequence of the step has exactly one new token and
+        there are at most :attr:`max_tokens` of them."""
+        t = input_ids.numel()
+        if t == 0 or t > self.max_tokens or meta.num_seqs != t:
+            return None
+        self.backend.plan(meta)
+        slots, lens, rows, max_len = self.backend.decode_plan()
+        x = self.model.embed(input_ids).to(torch.float32).contiguous()
+        cos = self.model.cos[positions].contiguous()
+        sin = self.model.sin[positions].contiguous()
+        hidden = self.step.run(x, cos, sin, meta.slot_mapping, slots, lens, rows, max_len)
+        self.num_steps += 1
+        return hidden
