@@ -79,7 +79,8 @@ class LLMEngine:
     def _init_model(self) -> None:
         dtype = _DTYPES[self.config.resolved_dtype]
         loaded = load_model(self.config.model, dtype, self.config.resolved_quantization,
-                            fused_ops=self.config.uses_fused_ops, device=self.device)
+                            fused_ops=self.config.uses_fused_ops, device=self.device,
+                            gguf_activations=self.config.gguf_activations)
         self.model_path, self.model_config = loaded.path, loaded.config
         self.model, self.tokenizer, self.dtype = loaded.model, loaded.tokenizer, dtype
         self.eos_token_ids = set(loaded.config.eos_token_ids)

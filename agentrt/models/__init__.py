@@ -59,15 +59,18 @@ def load_tokenizer(folder: Path):
 
 def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float32,
                quantization: str = "auto", fused_ops: bool = False,
-               device: str | torch.device = "cpu") -> LoadedModel:
+               device: str | torch.device = "cpu", gguf_activations: str = "auto",
+               ) -> LoadedModel:
     """Locate ``model`` (see :func:`resolve_model`), read its weights and tokenizer.
 
     ``quantization`` names the weights' format: "auto" = "gguf" for a GGUF file in float32 on
     the CPU, else "none"; "gguf" keeps the file's own block formats (each linear runs on
     agentrt's kernels, memory about the file's size); "none", "int8", "int4" build float
     weights (a GGUF file is dequantized to float32 once into the cache) and the linear layers
-    :data:`~agentrt.models.linear.LINEARS` names. ``fused_ops`` runs RMSNorm and RoPE as
-    agentrt's C++ ops; the weights are moved to ``device`` as they load.
+    :data:`~agentrt.models.linear.LINEARS` names. ``gguf_activations`` is how the block weights
+    meet the activations ("auto", "float32" or "int8": see ``EngineConfig.gguf_activations``).
+    ``fused_ops`` runs RMSNorm and RoPE as agentrt's C++ ops; the weights are moved to
+    ``device`` as they load.
     """
     path, _ = locate(model)
     quantization = resolve_quantization(quantization, path.is_file(), device, dtype)
@@ -78,7 +81,8 @@ def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float
 
         if dtype != torch.float32:
             raise ValueError("quantization='gguf' computes in float32; use dtype='float32'")
-        weights = GGUFWeights(GGUFFile(path), device)  # refuses what it cannot run, first
+        # refuses what it cannot run, first
+        weights = GGUFWeights(GGUFFile(path), device, activations=gguf_activations)
         folder = gguf_folder(path)
         config = ModelConfig.from_folder(folder)
     else:

@@ -49,6 +49,8 @@ def _generate(path, **config):
     while core.has_unfinished():
         core.step()
     steps = core.runner.cpu_steps
+    if "gguf_activations" in config:  # the path asked for is the one that ran
+        assert core.model.layers[0].o_proj.activations == config["gguf_activations"]
     return reqs, (steps.num_steps if steps is not None else 0)
 
 
