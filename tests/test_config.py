@@ -53,21 +53,11 @@ def test_gguf_needs_a_gguf_file(tmp_path):
         load_model(str(tmp_path), quantization="gguf")
 
 
-def test_gguf_activations_default_to_the_integer_path_where_its_kernel_runs():
-    from agentrt_kernels.cpu.gguf_linear import has_int8_kernel
-
+def test_gguf_activations_auto_is_float32_and_explicit_choices_are_kept():
     assert EngineConfig().gguf_activations == "auto"
-    assert has_int8_kernel(), "the integer kernel did not build on this machine"
-    assert EngineConfig().resolved_gguf_activations == "int8"
+    assert EngineConfig().resolved_gguf_activations == "float32"
     for name in ("float32", "int8"):
         assert EngineConfig(gguf_activations=name).resolved_gguf_activations == name
-
-
-def test_gguf_activations_auto_falls_back_to_float32_without_the_kernel(monkeypatch):
-    from agentrt_kernels.cpu import gguf_linear
-
-    monkeypatch.setattr(gguf_linear, "_int8_kernel", lambda: None)
-    assert EngineConfig().resolved_gguf_activations == "float32"
 
 
 def test_unknown_gguf_activations_lists_the_choices():

@@ -36,15 +36,12 @@ ACTIVATIONS = ("auto", "float32", "int8")
 
 
 def resolve_activations(name: str) -> Activations:
-    """``name`` as the linears run it: "auto" is "int8" where agentrt's integer kernel builds
-    on this CPU (llama.cpp's numeric path, the faster one), else "float32"."""
+    """``name`` as the linears run it: "auto" is "float32" (exact weights; the integer path,
+    "int8", is the faster one but changes the default model's greedy outputs -- see
+    ``EngineConfig.gguf_activations``)."""
     if name not in ACTIVATIONS:
         raise ValueError(f"unknown gguf_activations {name!r}; choose from {list(ACTIVATIONS)}")
-    if name != "auto":
-        return "int8" if name == "int8" else "float32"
-    from agentrt_kernels.cpu.gguf_linear import has_int8_kernel
-
-    return "int8" if has_int8_kernel() else "float32"
+    return "int8" if name == "int8" else "float32"
 
 
 class BlockEmbedding:

@@ -58,7 +58,8 @@ def run(path, steps: int = 6):
     then decode rows (the kernels)."""
     from agentrt_kernels.cpu.gguf_linear import GGUFLinear
 
-    engine = Engine(str(path), num_blocks=64, max_num_batched_tokens=64)
+    engine = Engine(str(path), num_blocks=64, max_num_batched_tokens=64,
+                    gguf_activations="float32")  # the exact path, whatever "auto" picks
     try:
         assert engine.config.resolved_quantization == "gguf"
         model = engine.core.model

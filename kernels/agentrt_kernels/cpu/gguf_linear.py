@@ -39,8 +39,8 @@ from gguf.quants import dequantize as gguf_dequantize
 from agentrt_kernels.cpu.build import KernelUnavailable, load_library
 
 __all__ = ["INT8_FORMATS", "MAX_KERNEL_ROWS", "SUPPORTED", "TILE_BYTES", "Activations",
-           "GGUFLinear", "bytes_per_row", "dequantize", "dequantize_rows", "has_int8_kernel",
-           "ref_gguf_linear", "ref_int8_activations"]
+           "GGUFLinear", "bytes_per_row", "dequantize", "dequantize_rows", "ref_gguf_linear",
+           "ref_int8_activations"]
 
 _T = GGMLQuantizationType
 SUPPORTED: frozenset[GGMLQuantizationType] = frozenset({
@@ -296,12 +296,6 @@ def _open() -> _Kernels | None:
     lib.agentrt_gguf_linear.restype = lib.agentrt_gguf_dequantize.restype = i32
     lib.agentrt_gguf_isa.restype = i32
     return _Kernels(lib.agentrt_gguf_linear, lib.agentrt_gguf_dequantize, lib.agentrt_gguf_isa())
-
-
-def has_int8_kernel() -> bool:
-    """Whether ``activations="int8"`` runs its C++ kernel here (built on first use), not the
-    torch twin."""
-    return _kernel() is not None and _int8_kernel() is not None
 
 
 class _Int8Kernels(NamedTuple):
