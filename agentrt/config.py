@@ -59,10 +59,10 @@ class EngineConfig:
     Q4_K/Q5_K/Q6_K) and meets the blocks in integer dot products (AVX-512 VNNI, else AVX2):
     the faster path (the 135M default's linears: 1.3-1.6x), llama.cpp's matrix arithmetic.
     F16/BF16/F32 tensors always run float32. "auto" = "float32": on the default model "int8"
-    changed all 8 greedy outputs of ``benchmarks/quant_quality.py`` and matched llama.cpp's in
-    1 of 8 (float32: 2 of 8; perplexity 9.1509 float32, 9.1614 int8, 9.1561 llama.cpp), short
-    of the issue's bar for llama.cpp's path (its outputs reproduced). Ignored by the other
-    quantizations."""
+    changed 7 of the 8 greedy outputs of ``benchmarks/quant_quality.py`` and reproduced
+    llama.cpp's in 2 of 8, as float32 does (149 vs 132 of 282 tokens before the first
+    difference; perplexity 9.1509 float32, 9.1690 int8, 9.1561 llama.cpp): short of the issue's
+    bar for llama.cpp's path, its outputs reproduced. Ignored by the other quantizations."""
     block_size: int = 16
     """Tokens per KV block (page)."""
     num_blocks: int | None = None

@@ -42,7 +42,7 @@ static inline float half(const uint8_t* p) {
 struct Acts {           // M rows of K quantized activations
     std::vector<int8_t> q;   // (M, K)
     std::vector<float> d;    // (M, K / B) scales, B = 32 or 256
-    std::vector<int32_t> s;  // (M, K / 32) sums of q (32-value formats)
+    std::vector<float> s;    // (M, K / 32): d * (sum of q), what a block minimum multiplies
     std::vector<int16_t> bsum;  // (M, K / 16) sums of q (k-quants)
     std::vector<int16_t> bsum32;  // (M, K / 32) sums of q (k-quants, for the AVX-512 form)
     std::vector<int8_t> q45;  // (M, K): q in the AVX-512 Q4_K / Q5_K order (see row_k45_512)
@@ -83,15 +83,20 @@ static inline void round32(const float* x, float inv, int8_t* q, int32_t sums[2]
     sums[0] = hsum8i(_mm256_add_epi32(v[0], v[1])), sums[1] = hsum8i(_mm256_add_epi32(v[2], v[3]));
 }
 
-static void quantize32(const float* x, int64_t K, int8_t* q, float* d, int32_t* s) {
+static inline float to_f16(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
+
+// ggml's Q8_0 / Q8_1 blocks as its x86 code makes them: d = max|x| / 127 (kept as f16),
+// q = x * (127 / max|x|) rounded half to even; s = d * (sum of q), an f16 of the unrounded d
+// for Q8_1 (`q8_1`: what Q4_1 and Q5_1 meet), else the f16 d times the sum.
+static void quantize32(const float* x, int64_t K, int8_t* q, float* d, float* s, bool q8_1) {
     for (int64_t b = 0; b < K / 32; ++b, x += 32, q += 32) {
         const __m256 m = _mm256_max_ps(_mm256_max_ps(abs8(x), abs8(x + 8)),
                                        _mm256_max_ps(abs8(x + 16), abs8(x + 24)));
-        const float scale = hmax8(m) / 127.f, inv = scale != 0.f ? 1.f / scale : 0.f;
+        const float amax = hmax8(m), scale = amax / 127.f;
         int32_t sums[2];
-        round32(x, inv, q, sums);
-        d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
-        s[b] = sums[0] + sums[1];
+        round32(x, amax != 0.f ? 127.f / amax : 0.f, q, sums);
+        d[b] = to_f16(scale);
+        s[b] = q8_1 ? to_f16(scale * (float)(sums[0] + sums[1])) : d[b] * (float)(sums[0] + sums[1]);
     }
 }
 
@@ -146,7 +151,7 @@ static Grouped grouped(int64_t K) {
     return {groups, tail, pairs, groups + pairs, 64 * (4 * groups + pairs)};
 }
 
-static void group_row(const int8_t* q, const float* d, const int32_t* s, const Grouped& L,
+static void group_row(const int8_t* q, const float* d, const float* s, const Grouped& L,
                       bool flip, int8_t* out, float* dv, float* sv) {
     const uint64_t bias = flip ? 0x8080808080808080ull : 0;
     for (int64_t b = 0; b < 8 * L.groups + L.tail; ++b) {
@@ -161,7 +166,7 @@ static void group_row(const int8_t* q, const float* d, const int32_t* s, const G
                                         : 256 * L.groups + 64 * (t / 2) + 32 * (t % 2) + 8 * j;
             memcpy(out + at, &u, 8);
         }
-        const float share = d[b] * (float)s[b] / (float)lanes;
+        const float share = s[b] / (float)lanes;
         for (int l = 0; l < lanes; ++l) dv[16 * v + first + l] = d[b], sv[16 * v + first + l] = share;
     }
     if (L.tail % 2) {
@@ -171,8 +176,10 @@ static void group_row(const int8_t* q, const float* d, const int32_t* s, const G
 }
 
 // `L`: also lay the rows out for the AVX-512 32-value kernels (flipped for signed weights).
-static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a,
+static void quantize(const float* x, int64_t M, int64_t K, int32_t type, Acts& a,
                      int32_t num_threads = 1, const Grouped* L = nullptr, bool flip = false) {
+    const bool k_quant = type == Q4_K || type == Q5_K || type == Q6_K;
+    const bool q8_1 = type == Q4_1 || type == Q5_1;
     a.q.resize(M * K);
     a.d.resize(M * K / (k_quant ? 256 : 32));
     a.s.resize(k_quant ? 0 : M * K / 32);
@@ -181,7 +188,7 @@ static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a
     #pragma omp parallel for num_threads(num_threads) schedule(static) if (M > 1)
     for (int64_t m = 0; m < M; ++m) {
         if (k_quant) quantize256(x + m * K, K, &a.q[m * K], &a.d[m * K / 256], &a.bsum[m * K / 16]);
-        else quantize32(x + m * K, K, &a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32]);
+        else quantize32(x + m * K, K, &a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32], q8_1);
         if (L)
             group_row(&a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32], *L, flip,
                       &a.qg[m * L->stride], &a.dv[m * L->vectors * 16], &a.sv[m * L->vectors * 16]);
@@ -192,7 +199,7 @@ static void quantize(const float* x, int64_t M, int64_t K, bool k_quant, Acts& a
 struct View {
     const int8_t* q;
     const float* d;
-    const int32_t* s;
+    const float* s;
     const int16_t* bsum;
     const int16_t* bsum32;
     const int8_t* q45;
@@ -309,7 +316,7 @@ static void row32(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, flo
             if (!B::MIN) x = _mm256_sign_epi8(x, q);
             const __m256i dot = dot_u8(mag, x, ones);
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[at]), _mm256_cvtepi32_ps(dot), acc[i]);
-            if (B::MIN) offset[i] += half(b + 2) * a.d[at] * (float)a.s[at];
+            if (B::MIN) offset[i] += half(b + 2) * a.s[at];
         }
     }
     for (int i = 0; i < ROWS; ++i) out[i * N] = hsum(acc[i]) + offset[i];
@@ -880,7 +887,7 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
     }
     const Grouped L = grouped(K);
     const bool by_group = isa == 512 && !k_quant;
-    quantize(x, M, K, k_quant, a, num_threads, by_group ? &L : nullptr, type == Q8_0);
+    quantize(x, M, K, type, a, num_threads, by_group ? &L : nullptr, type == Q8_0);
     if (isa == 512 && (type == Q4_K || type == Q5_K)) reorder45(a, M, K);
     const View v = view(a);
     const GView g = {a.qg.data(), a.dv.data(), a.sv.data(), L};
@@ -916,7 +923,7 @@ extern "C" void agentrt_gguf_int8_activations(int32_t type, const float* x, int6
                                               int64_t K, float* out) {
     const bool k_quant = type == Q4_K || type == Q5_K || type == Q6_K;
     Acts a;
-    quantize(x, M, K, k_quant, a);
+    quantize(x, M, K, type, a);
     const int64_t block = k_quant ? 256 : 32;
     for (int64_t i = 0; i < M * K; ++i) out[i] = (float)a.q[i] * a.d[i / block];
 }

@@ -14,13 +14,16 @@ Either way the result equals :func:`ref_gguf_linear` -- ``h @ W.T`` with ``W`` f
 ``gguf.quants.dequantize``, the gguf package's reference -- up to float32 summation order.
 
 ``activations="int8"`` is the other numeric path, llama.cpp's (``gguf_int8.cpp``): batches of
-any size quantize the activations to 8 bits per 32 values (ggml's Q8_0, against Q4_0..Q8_0) or
-per 256 (ggml's Q8_K, against the k-quants) and take integer dot products with the blocks
+any size quantize the activations to 8 bits per 32 values (ggml's Q8_0 against Q4_0/Q5_0/Q8_0,
+Q8_1 -- the same plus an f16 ``d * sum(q)`` -- against Q4_1/Q5_1, as its x86 code makes them)
+or per 256 (ggml's Q8_K, against the k-quants) and take integer dot products with the blocks
 (AVX-512 VNNI where the CPU has it, else AVX2), prefill included, as llama.cpp does; its twin
-is ``ref_gguf_linear(..., activations="int8")``: ``q8(h) @ W.T``. Float formats (F32, F16,
-BF16) always run float32. On SmolLM2's Q4_1 file (8 chat prompts, 32 greedy tokens) this path
-shared 145 leading tokens with llama.cpp's outputs and the float32 path 120, but neither
-matches it everywhere (llama.cpp keeps an f16 KV cache, for one).
+is ``ref_gguf_linear(..., activations="int8")``: ``q8(h) @ W.T`` (Q4_1/Q5_1: their minimums
+times Q8_1's ``s``). Float formats (F32, F16, BF16) always run float32. On SmolLM2's Q4_1
+file (``benchmarks/quant_quality.py``: 8 chat prompts, 48 greedy tokens) this path
+reproduced 2 of llama.cpp's 8 outputs, as the float32 path does, and 149 of 282 tokens
+before the first difference (float32: 132): neither matches it everywhere (llama.cpp keeps
+an f16 KV cache, for one). ``EngineConfig.gguf_activations`` picks the path of an engine.
 :func:`dequantize_rows` gives float rows for an embedding lookup. Without a compiler or AVX2
 the layer runs the reference.
 """
@@ -50,6 +53,7 @@ SUPPORTED: frozenset[GGMLQuantizationType] = frozenset({
 INT8_FORMATS: frozenset[GGMLQuantizationType] = SUPPORTED - {_T.F32, _T.F16, _T.BF16}
 """The formats ``activations="int8"`` applies to (the others run float32)."""
 _K_QUANTS = frozenset({_T.Q4_K, _T.Q5_K, _T.Q6_K})
+_Q8_1_FORMATS = frozenset({_T.Q4_1, _T.Q5_1})  # ggml runs them against Q8_1 blocks
 Activations = Literal["float32", "int8"]
 MAX_KERNEL_ROWS = 32
 """Float32 batches up to this many rows run the kernel; larger ones a GEMM per dequantized
@@ -102,7 +106,10 @@ def ref_gguf_linear(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple
                     activations: Activations = "float32") -> torch.Tensor:
     """Torch reference: ``h @ W.T + bias``, ``W`` dequantized by ``gguf.quants.dequantize``;
     with ``activations="int8"`` (a format of :data:`INT8_FORMATS`), ``h`` is first quantized
-    and dequantized as ggml's Q8_0 / Q8_K would (:func:`ref_int8_activations`)."""
+    and dequantized as ggml's Q8_0 / Q8_K would (:func:`ref_int8_activations`), and a Q4_1 /
+    Q5_1 block's minimum meets the f16 ``s = d * sum(q)`` of ggml's Q8_1 block."""
+    if activations == "int8" and qtype in _Q8_1_FORMATS:
+        return _ref_q8_1_linear(raw, qtype, shape, h, bias)
     if activations == "int8" and qtype in INT8_FORMATS:
         h = ref_int8_activations(h, qtype)
     return F.linear(h, _ref_dequantize(raw, qtype, shape).to(h.dtype), bias)
@@ -110,22 +117,41 @@ def ref_gguf_linear(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple
 
 def ref_int8_activations(h: torch.Tensor, qtype: GGMLQuantizationType) -> torch.Tensor:
     """``h`` as the integer path sees it: ``q * d`` per value, ggml's Q8_K blocks of 256 for a
-    k-quant weight (``d = xm / -127``, ``xm`` the value of largest magnitude), else Q8_0 blocks
-    of 32 (``d = max|x| / 127``, kept as f16); ``q`` rounded half to even."""
-    size = 256 if qtype in _K_QUANTS else 32
+    k-quant weight (``d = xm / -127``, ``xm`` the value of largest magnitude), else Q8_0 / Q8_1
+    blocks of 32 as its x86 code makes them (``d = max|x| / 127``, kept as f16; ``q = x * (127
+    / max|x|)``); ``q`` rounded half to even."""
+    q, d, _ = _q8(h, 256 if qtype in _K_QUANTS else 32)
+    return (q * d).reshape(h.shape)
+
+
+def _q8(h: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ggml's 8-bit blocks of ``size`` values of ``h``: ``q`` (..., blocks, size), ``d`` and
+    Q8_1's ``s`` (..., blocks, 1)."""
     x = h.to(torch.float32).reshape(*h.shape[:-1], -1, size)
     one = torch.ones(())  # NOTE: `c / t` in torch is c * (1 / t): two roundings, not ggml's one
     if size == 32:
-        scale = x.abs().amax(-1, keepdim=True) / 127
-        inverse = torch.where(scale != 0, one / scale, 0.0)
-        q = torch.round(x * inverse).clamp(-127, 127)
-        out = q * scale.half().float()
-    else:
-        peak = x.gather(-1, x.abs().argmax(-1, keepdim=True))
-        inverse = torch.where(peak != 0, -127 * one / peak, 0.0)
-        q = torch.round(inverse * x).clamp(-127, 127)
-        out = q * torch.where(peak != 0, one / inverse, 0.0)
-    return out.reshape(h.shape)
+        peak = x.abs().amax(-1, keepdim=True)
+        scale = peak / 127
+        q = torch.round(x * torch.where(peak != 0, 127 * one / peak, 0.0)).clamp(-127, 127)
+        return q, scale.half().float(), (scale * q.sum(-1, keepdim=True)).half().float()
+    peak = x.gather(-1, x.abs().argmax(-1, keepdim=True))
+    inverse = torch.where(peak != 0, -127 * one / peak, 0.0)
+    q = torch.round(inverse * x).clamp(-127, 127)
+    return q, torch.where(peak != 0, one / inverse, 0.0), torch.zeros_like(peak)
+
+
+def _ref_q8_1_linear(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
+                     h: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Q4_1 / Q5_1 on the integer path: ``d_w * q_w`` meets ``q * d`` and each block's minimum
+    meets Q8_1's f16 ``s``, as ggml's ``vec_dot_q4_1_q8_1`` sums them."""
+    q, d, s = _q8(h, 32)
+    block_bytes = GGML_QUANT_SIZES[qtype][1]
+    rows = _rows_of(raw, qtype, shape).numpy().reshape(shape[0], -1, block_bytes)
+    mins = torch.from_numpy(np.ascontiguousarray(rows[:, :, 2:4]).view(np.float16)[..., 0]
+                            .astype(np.float32))  # (out_features, blocks)
+    scaled = _ref_dequantize(raw, qtype, shape) - mins.repeat_interleave(32, dim=1)
+    x = (q * d).reshape(*h.shape[:-1], -1)
+    return F.linear(x, scaled, bias) + s.reshape(*h.shape[:-1], -1) @ mins.T
 
 
 def dequantize(raw: torch.Tensor, qtype: GGMLQuantizationType,
