@@ -102,18 +102,21 @@ class AgentrtRunner:
     can_batch = True
 
     def __init__(self, dtype: str, work: Workload, quantization: str = "none",
-                 model: str | None = None) -> None:
+                 model: str | None = None, activations: str | None = None) -> None:
         from agentrt import EngineConfig, LLMEngine
 
         budget = max(2048, len(work.prefill), sum(map(len, work.decode)))
+        extra = {} if activations is None else {"gguf_activations": activations}
         config = EngineConfig(
             model=model, dtype=dtype, max_num_seqs=max(8, len(work.decode)),
             max_num_batched_tokens=budget, enable_prefix_cache=False, quantization=quantization,
-            profile_on_start=False)
+            profile_on_start=False, **extra)
         resolved = config.resolved_quantization
         self.name = "agentrt" if quantization == "none" else f"agentrt {quantization}"
         if resolved != quantization:
             self.name += f"={resolved}"
+        if resolved == "gguf":
+            self.name += f" {config.resolved_gguf_activations}"
         self.core = LLMEngine(config)
         self.step_bytes = step_weight_bytes(self.core.model)
 
@@ -430,6 +433,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quantization", default="auto,none,int4",
                    help="agentrt runs, comma-separated EngineConfig.quantization values "
                         "(auto/gguf/int8/int4 need float32; default: %(default)s)")
+    p.add_argument("--gguf-activations", default=None,
+                   help="for runs on a GGUF's own blocks, comma-separated "
+                        "EngineConfig.gguf_activations values (float32: exact weights; int8: "
+                        "llama.cpp's integer path), one agentrt run each (default: the "
+                        "engine's default only)")
     p.add_argument("--no-hf", action="store_true", help="skip HF transformers")
     p.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp")
     p.add_argument("--no-floor", action="store_true", help="skip the bandwidth-floor line")
@@ -446,8 +454,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def make_runners(args: argparse.Namespace, model_path: Path, tokenizer, work: Workload
                  ) -> list[Runner]:
     """agentrt first, then the peers that are asked for and available."""
-    runners: list[Runner] = [AgentrtRunner(args.dtype, work, q, args.model)
-                             for q in args.quantization.split(",")]
+    from agentrt import EngineConfig
+
+    runners: list[Runner] = []
+    for q in args.quantization.split(","):
+        blocks = EngineConfig(model=args.model, dtype=args.dtype,
+                              quantization=q).resolved_quantization == "gguf"
+        paths = args.gguf_activations.split(",") if blocks and args.gguf_activations else [None]
+        runners += [AgentrtRunner(args.dtype, work, q, args.model, a) for a in paths]
     if args.no_hf:
         print("HF transformers: skipped (--no-hf)")
     else:
