@@ -751,6 +751,17 @@ static inline void dot32g(const WGroup& g, const GView& a, int64_t m0, int64_t v
     }
 }
 
+// The lane sums of 8 vectors, in one tree (8 separate reductions cost 3x the instructions).
+static inline __m256 reduce8(const __m512* v) {
+    __m256 h[8];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i)
+        h[i] = _mm256_add_ps(_mm512_castps512_ps256(v[i]), _mm512_extractf32x8_ps(v[i], 1));
+    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+    const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
 // One weight row against XR activation rows from m0: out[i * N].
 template <int32_t TYPE, int XR>
 static void rows32g(const uint8_t* wrow, const GView& a, int64_t m0, float* out, int64_t N) {
@@ -768,8 +779,15 @@ static void rows32g(const uint8_t* wrow, const GView& a, int64_t m0, float* out,
         pair32<TYPE>(wrow + (8 * L.groups + 2 * p) * B::BYTES, 2 * p + 1 < L.tail, g);
         dot32g<TYPE, XR, 1>(g, a, m0, L.groups + p, 256 * L.groups + 64 * p, acc);
     }
-    #pragma GCC unroll 16
-    for (int i = 0; i < XR; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]);
+    if constexpr (XR == 8) {
+        alignas(32) float sums[8];
+        _mm256_store_ps(sums, reduce8(acc));
+        #pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) out[i * N] = sums[i];
+    } else {
+        #pragma GCC unroll 16
+        for (int i = 0; i < XR; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]);
+    }
 }
 
 // NOTE: one weight row at a time, also for one activation row: two rows interleaved took the
