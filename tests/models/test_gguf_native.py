@@ -53,13 +53,14 @@ def qtype(name: str):
     return gguf.GGMLQuantizationType[name]
 
 
-def run(path, steps: int = 6):
+def run(path, steps: int = 6, activations: str = "float32"):
     """Greedy tokens and each step's logprobs; prefill of 64-row chunks (the tiled GEMM path),
-    then decode rows (the kernels)."""
+    then decode rows (the kernels). ``activations``: float32 (exact, whatever "auto" picks) or
+    int8."""
     from agentrt_kernels.cpu.gguf_linear import GGUFLinear
 
     engine = Engine(str(path), num_blocks=64, max_num_batched_tokens=64,
-                    gguf_activations="float32")  # the exact path, whatever "auto" picks
+                    gguf_activations=activations)
     try:
         assert engine.config.resolved_quantization == "gguf"
         model = engine.core.model
@@ -186,20 +187,14 @@ def test_the_default_model_runs_its_q4_1_layers_and_gives_float32_greedy_outputs
 
 
 def run_int8(path, monkeypatch, *, twin: bool):
-    """Greedy tokens and logprobs with every block-format linear on the integer path: its C++
-    kernel, or (``twin``) its torch reference ``q8(h) @ W.T``."""
-    from agentrt.models import gguf_weights
+    """Greedy tokens and logprobs of ``gguf_activations="int8"``: every block-format linear on
+    the integer path's C++ kernel, or (``twin``) its torch reference ``q8(h) @ W.T``."""
     from agentrt_kernels.cpu import gguf_linear
 
-    class Int8Weights(gguf_weights.GGUFWeights):
-        def __init__(self, file, device="cpu", activations="int8"):
-            super().__init__(file, device, "int8")
-
     with monkeypatch.context() as patch:
-        patch.setattr(gguf_weights, "GGUFWeights", Int8Weights)
         if twin:
             patch.setattr(gguf_linear, "_kernel", lambda: None)
-        out, model = run(path)
+        out, model = run(path, activations="int8")
     assert model.layers[0].o_proj.activations == "int8"
     assert (model.layers[0].o_proj._kernel is None) == twin
     return out
