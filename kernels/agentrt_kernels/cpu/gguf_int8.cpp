@@ -1,15 +1,17 @@
 // Linear layers on GGUF's own block formats, integer path (AVX2), as llama.cpp computes them.
 //
 // The activations are quantized to 8 bits first, the way ggml does for its CPU dot products:
-//   - against 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), per 32 values (ggml's Q8_0):
-//     d = max|x| / 127 (kept rounded to f16, as ggml stores it), q = round(x / d);
+//   - against 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), per 32 values (ggml's Q8_0, as
+//     its x86 code makes them): d = max|x| / 127 (kept rounded to f16, as ggml stores it),
+//     q = round(x * (127 / max|x|)); against Q4_1 / Q5_1 also Q8_1's s = d * (sum of q), an
+//     f16, which the block minimums multiply;
 //   - against the k-quants (Q4_K, Q5_K, Q6_K), per 256 values (ggml's Q8_K): with xm the value of
 //     largest magnitude, s = -127 / xm, q = min(127, round(s * x)), d = 1 / s;
 // rounding half to even. Each weight block then meets its activation block in integer dot
 // products (maddubs: u8 x s8 pairs into int16, madd: with the block's scales into int32), and one
 // float multiply-add per block applies d_w * d_x. The result equals `(q_x * d_x) @ W.T` -- W the
-// exact dequantized weight -- up to float32 rounding and summation order; the Python twin
-// computes exactly that. Output rows are split across OpenMP threads (torch's libgomp).
+// exact dequantized weight; Q4_1 / Q5_1: their minimums times s -- up to float32 rounding and
+// summation order; the Python twin computes exactly that. Output rows are split across OpenMP threads (torch's libgomp).
 //
 // Each weight block is decoded once per call and meets every activation row of the batch (up
 // to 8 per pass) while it sits in registers; with AVX-512 VNNI the 32-value formats decode 8
