@@ -91,9 +91,11 @@ class EngineConfig:
     per decode step. None = on with int8/int4 weights, off otherwise (the float model then
     keeps torch's exact arithmetic). CPU only."""
     enforce_eager: bool = False
-    """CUDA: run every decode step eagerly. Otherwise decode steps of up to
-    :attr:`cuda_graph_batch_sizes` requests (padded to the next captured size) replay CUDA
-    graphs captured after warm-up; prefill is always eager. Ignored on CPU."""
+    """Run every decode step through the Python forward pass. Otherwise, on CUDA, decode steps
+    of up to :attr:`cuda_graph_batch_sizes` requests (padded to the next captured size) replay
+    CUDA graphs captured after warm-up; on the CPU, a decode step of a model on a GGUF file's
+    own blocks is one C++ call (``agentrt.engine.cpu_step``; same kernels, same order). Prefill
+    is always eager."""
     num_threads: int | None = None
     """torch intra-op threads; None = leave torch's default."""
     interception_handling: str = "least-waste"

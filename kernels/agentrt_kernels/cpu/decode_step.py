@@ -72,7 +72,7 @@ def linear_parts(layer: object) -> list[GGUFLinear] | None:
     """The GGUF kernels a linear layer runs, in output order (a fused layer whose parts differ
     in format is several); None when any part is not a :class:`GGUFLinear` on its C kernel."""
     parts = getattr(layer, "parts", None) or [layer]
-    if not all(isinstance(p, GGUFLinear) and _c_entry(p) is not None for p in parts):
+    if not all(isinstance(p, GGUFLinear) and p.c_entry() is not None for p in parts):
         return None
     return list(parts)
 
@@ -166,23 +166,13 @@ class DecodeStep:
         parts = linear_parts(layer)
         descs = (_Part * len(parts))()
         for desc, part in zip(descs, parts, strict=True):
-            fn, kind, row_bytes = _c_entry(part)
+            fn, kind, row_bytes = part.c_entry()
             desc.fn, desc.kind, desc.type, desc.isa = fn, kind, int(part.qtype), part.isa
             desc.w, desc.row_bytes, desc.N = self._ptr(part.raw), row_bytes, part.out_features
             desc.bias = self._ptr(part.bias)
         self._keep.append(descs)
         return _Linear(descs, len(parts), parts[0].in_features,
                        sum(p.out_features for p in parts))
-
-
-def _c_entry(part: GGUFLinear) -> tuple[int, int, int] | None:
-    """(C function address, kind: 0 float path / 1 integer path, bytes per weight row) of the
-    kernel ``part`` runs, or None where its torch twin would run instead."""
-    if part._int8 is not None:
-        return ctypes.cast(part._int8.linear, _p).value, 1, part.raw.shape[1]
-    if part._is_int8 or part._kernel is None:
-        return None
-    return ctypes.cast(part._kernel.linear, _p).value, 0, part.raw.shape[1]
 
 
 def _declare(lib: ctypes.CDLL) -> None:

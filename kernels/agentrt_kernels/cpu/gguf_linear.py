@@ -228,6 +228,18 @@ class GGUFLinear:
         """``(out_features, in_features)``."""
         return self.out_features, self.in_features
 
+    def c_entry(self) -> tuple[int, int, int] | None:
+        """The C kernel a call runs, for callers that call it from C++ (a whole decode step,
+        ``decode_step.py``): ``(function address, kind, bytes per weight row)``, kind 0 being
+        ``agentrt_gguf_linear`` (the float path) and 1 ``agentrt_gguf_int8_linear``; None where
+        the torch twin runs instead. The weight is ``raw``, the type ``int(qtype)``, the vector
+        width :attr:`isa`; a bias is the caller's to add."""
+        if self._int8 is not None:
+            return ctypes.cast(self._int8.linear, ctypes.c_void_p).value, 1, self.raw.shape[1]
+        if self._is_int8 or self._kernel is None:
+            return None
+        return ctypes.cast(self._kernel.linear, ctypes.c_void_p).value, 0, self.raw.shape[1]
+
     @property
     def nbytes(self) -> int:
         """Bytes of weight one call streams (the file's bytes for this tensor)."""
