@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import get_args
 
 from agentrt.backends import BACKENDS
-from agentrt.config import DType, Quantization
+from agentrt.config import DType, GGUFActivations, Quantization
 
 __all__ = ["main"]
 
@@ -41,6 +41,10 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                    help="weights: auto (default) = a GGUF file's own block formats on CPU, a "
                         "float folder as floats; gguf; none (= dtype); int8 / int4 = GGUF Q8_0 "
                         "/ Q4_1 groups re-quantized from floats (float32 compute)")
+    g.add_argument("--gguf-activations", default="auto", choices=get_args(GGUFActivations),
+                   help="how a GGUF file's blocks meet the activations: auto (default) = "
+                        "float32, exact against the file's values; int8 = llama.cpp's integer "
+                        "dot products (faster decode, slightly different numbers)")
 
 
 def _device(value: str) -> str:
@@ -75,7 +79,7 @@ def _engine(args: argparse.Namespace):
     from agentrt import Engine
 
     return Engine(args.model, device=args.device, dtype=args.dtype,
-                  quantization=args.quantization)
+                  quantization=args.quantization, gguf_activations=args.gguf_activations)
 
 
 def _render(engine, messages: list[dict[str, str]]) -> str:
@@ -154,7 +158,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     engine_options = {} if args.backend != "local" else dict(
         device=args.device, dtype=args.dtype, quantization=args.quantization,
-        max_num_seqs=args.max_batch, kv_cache_gb=args.kv_cache_gb)
+        gguf_activations=args.gguf_activations, max_num_seqs=args.max_batch, kv_cache_gb=args.kv_cache_gb)
     try:
         serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
               log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,

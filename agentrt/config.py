@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = ["EngineConfig"]
 
@@ -222,11 +222,11 @@ class EngineConfig:
             raise ValueError("kv_cache_gb must be > 0 and host_kv_cache_gb >= 0")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"unknown dtype {self.dtype!r}")
-        if self.gguf_activations not in ("auto", "float32", "int8"):
+        if self.dtype not in get_args(DType):
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose from {list(get_args(DType))}")
+        if self.gguf_activations not in get_args(GGUFActivations):
             raise ValueError(f"unknown gguf_activations {self.gguf_activations!r}; choose from "
-                             "'auto', 'float32', 'int8'")
+                             f"{list(get_args(GGUFActivations))}")
         self._check_device()
         self._check_policies()
         self._check_names()

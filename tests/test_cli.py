@@ -18,8 +18,8 @@ def test_help_lists_commands_and_options(capsys):
     text = capsys.readouterr().out
     assert "run" in text and "chat" in text and "SmolLM2" in text
     run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
-    for flag in ("--model", "--dtype", "--quantization", "--max-tokens", "--temperature",
-                 "--stop", "--raw"):
+    for flag in ("--model", "--dtype", "--quantization", "--gguf-activations", "--max-tokens",
+                 "--temperature", "--stop", "--raw"):
         assert flag in run_help
 
 
@@ -42,6 +42,17 @@ def test_run_with_int4_weights_answers_the_same(capsys, engine):
     plain = capsys.readouterr().out
     assert main(["run", "--max-tokens", "12", "--quantization", "int4", question]) == 0
     assert capsys.readouterr().out == plain
+
+
+def test_run_on_the_integer_path_answers(capsys, engine):
+    """--gguf-activations int8 reaches the engine (llama.cpp's numeric path on the Q4_1 file:
+    here, like llama.cpp on this file, it answers with a French landmark, not "Paris")."""
+    assert main(["run", "--max-tokens", "12", "--gguf-activations", "int8",
+                 "What is the capital of France?"]) == 0
+    assert capsys.readouterr().out.strip()
+    with pytest.raises(SystemExit):
+        main(["run", "--gguf-activations", "int4", "hi"])
+    assert "'int8'" in capsys.readouterr().err
 
 
 def _help(command: str) -> str:

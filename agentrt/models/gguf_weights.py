@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import torch
 
+from agentrt.config import GGUFActivations
 from agentrt.models.gguf_file import GGUFFile, GGUFTensor
 from agentrt.models.linear import Linear
 from agentrt.models.weights import ConcatLinear, Embedding
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ACTIVATIONS", "BlockEmbedding", "GGUFWeights", "resolve_activations"]
 
-ACTIVATIONS = ("auto", "float32", "int8")
+ACTIVATIONS: tuple[str, ...] = get_args(GGUFActivations)
 """The ``gguf_activations`` choices (EngineConfig)."""
 
 
