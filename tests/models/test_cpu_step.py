@@ -14,18 +14,12 @@ from __future__ import annotations
 import pytest
 from gguf_models import KQUANT_SIZED, build, tiny_tokenizer, write_gguf
 
-from agentrt import EngineConfig, LLMEngine, SamplingParams, env
+from agentrt import EngineConfig, LLMEngine, SamplingParams
 
 PROMPTS = [[(7 * i + 3 * j) % 500 for j in range(n)] for i, n in enumerate((9, 30, 17))]
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    kernels = env.cache_dir() / "kernels"
-    kernels.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "kernels").symlink_to(kernels)
-    monkeypatch.setenv("AGENTRT_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")  # see conftest.py
 
 
 def _qtype(name: str):

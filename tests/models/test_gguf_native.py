@@ -30,21 +30,14 @@ from gguf_models import (
     write_random_llama,
 )
 
-from agentrt import Engine, SamplingParams, env
+from agentrt import Engine, SamplingParams
 
 FORMATS = ["Q8_0", "Q4_K", "Q6_K", "F16"]
 MORE_FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q5_K", "BF16"]
 IDS_SMALL = [i % 500 for i in IDS]  # the tiny tokenizer's 512 tokens
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """A cache of its own for the converted config/tokenizer; the compiled kernels shared."""
-    kernels = env.cache_dir() / "kernels"
-    kernels.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "kernels").symlink_to(kernels)
-    monkeypatch.setenv("AGENTRT_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")  # see conftest.py
 
 
 def qtype(name: str):
