@@ -28,9 +28,7 @@ def run_engine(path):
         engine.close()
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTRT_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")  # see conftest.py
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
