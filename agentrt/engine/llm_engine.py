@@ -68,7 +68,7 @@ class LLMEngine:
         if config.profile_on_start:
             profile(self)
         self._init_cuda_graphs()
-        if self.device.type == "cpu" and not config.enforce_eager:
+        if not config.enforce_eager:  # None off the CPU or for models it cannot run
             self.runner.cpu_steps = CpuDecodeSteps.build(self.model, self.backend)
 
     # --- construction ----------------------------------------------------------------------

@@ -111,7 +111,7 @@ class DecodeStep:
         up to 256, at most 8 query heads per KV head, widths multiples of 16), non-float32 or
         non-contiguous tensors."""
         lib = _lib()
-        if lib is None or not layers or not hasattr(lib, "agentrt_decode_step"):
+        if lib is None or not layers:
             return None
         if head_dim % 16 or head_dim > 256 or heads % kv_heads or heads // kv_heads > 8:
             return None
