@@ -235,7 +235,8 @@ class Call:
                 self._stopped_here = True
                 kept = list(delta.token_ids[: i + 1])
                 text = delta.text if i + 1 == len(delta.token_ids) else \
-                    self.backend.tokenizer.decode(kept, skip_special_tokens=True)
+                    self.backend.tokenizer.decode(
+                        kept, skip_special_tokens=self.params.skip_special_tokens)
                 return replace(delta, token_ids=kept, text=text, finished=True,
                                finish_reason=reason, matched_stop=None)
         return delta
