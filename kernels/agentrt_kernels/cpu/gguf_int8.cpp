@@ -429,8 +429,8 @@ static void row_q6k(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, f
 
 // ---- AVX-512 VNNI: 64 values per instruction (k-quants) ----
 //
-// dpwssd adds the int16 pair products of maddubs and a scale vector into int32 lanes in one
-// instruction. NOTE: no std:: templates in this region (an AVX-512 instantiation could be
+// dpbusd sums 4 u8 x s8 products into each int32 lane, small enough to narrow to int16, and
+// dpwssd applies the sub-block scales to pairs of those (dot256). NOTE: no std:: templates in this region (an AVX-512 instantiation could be
 // shared with the AVX2 path).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")
@@ -463,6 +463,28 @@ static inline float hsum128(__m128 v) {
     return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
 
+// The scale index of each int16 lane of packs(p, r), p and r int32 lanes whose 128-bit block k
+// holds sub-block p_of[k] (r_of[k]): what dpwssd then multiplies each lane by.
+static inline __m512i packed_scales(const int (&p_of)[4], const int (&r_of)[4]) {
+    alignas(64) int16_t idx[32];
+    for (int k = 0; k < 4; ++k)
+        for (int w = 0; w < 8; ++w) idx[8 * k + w] = (int16_t)(w < 4 ? p_of[k] : r_of[k]);
+    return _mm512_load_si512(idx);
+}
+
+// The scaled integer dot product of 256 unsigned weights q (4 vectors) with 256 activations
+// at x: 4 dpbusd leave sums of 4 products per int32 lane (at most 4 * 63 * 127, an int16), two
+// packs narrow them to int16, and two dpwssd apply the scales `sc` (see packed_scales) -- 6
+// multiplies where maddubs + dpwssd per 64 values take 8.
+static inline __m512i dot256(const __m512i q[4], const int8_t* x, const __m512i sc[2]) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i p[4];
+    #pragma GCC unroll 4
+    for (int z = 0; z < 4; ++z) p[z] = _mm512_dpbusd_epi32(zero, q[z], load64(x + 64 * z));
+    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, _mm512_packs_epi32(p[0], p[1]), sc[0]),
+                               _mm512_packs_epi32(p[2], p[3]), sc[1]);
+}
+
 // Q4_K / Q5_K: nibbles of 64 bytes = sub-blocks (0, 2) low, (1, 3) high; bytes 64..127 the
 // same for 4..7; the activations were reordered to match (reorder45).
 template <bool FIVE, int ROWS>
@@ -470,7 +492,8 @@ static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
                         int64_t N) {
     constexpr int64_t BYTES = FIVE ? 176 : 144;
     const int64_t blocks = K / 256;
-    const __m512i idx[4] = {halves(0, 2), halves(1, 3), halves(4, 6), halves(5, 7)};
+    const __m512i idx[2] = {packed_scales({0, 0, 2, 2}, {1, 1, 3, 3}),
+                            packed_scales({4, 4, 6, 6}, {5, 5, 7, 7})};
     __m512 acc[ROWS];
     __m128 low[ROWS];
     #pragma GCC unroll 8
@@ -497,18 +520,12 @@ static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
                 q[z] = _mm512_mask_add_epi8(q[z], set, q[z], _mm512_set1_epi8(16));
             }
         }
-        __m512i sc[4];
-        #pragma GCC unroll 4
-        for (int z = 0; z < 4; ++z) sc[z] = _mm512_permutexvar_epi16(idx[z], scales);
+        const __m512i sc[2] = {_mm512_permutexvar_epi16(idx[0], scales),
+                               _mm512_permutexvar_epi16(idx[1], scales)};
         #pragma GCC unroll 8
         for (int i = 0; i < ROWS; ++i) {
             const int64_t at = (m0 + i) * blocks + blk;
-            const int8_t* x = &a.q45[at * 256];
-            __m512i sum = _mm512_setzero_si512();
-            #pragma GCC unroll 4
-            for (int z = 0; z < 4; ++z)
-                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[z], load64(x + 64 * z)),
-                                          sc[z]);
+            const __m512i sum = dot256(q, &a.q45[at * 256], sc);
             const float dx = a.d[at];
             acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * dx), _mm512_cvtepi32_ps(sum), acc[i]);
             const __m128i sums = _mm_loadu_si128((const __m128i*)&a.bsum32[at * 8]);
@@ -527,14 +544,8 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
                         int64_t N) {
     const int64_t blocks = K / 256;
     const __m512i shift_lo = halves(0, 2), shift_hi = halves(4, 6), three = _mm512_set1_epi8(3);
-    __m512i idx[4];
-    #pragma GCC unroll 4
-    for (int z = 0; z < 4; ++z)
-        idx[z] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_set1_epi16((short)(4 * z))),
-            _mm_set1_epi16((short)(4 * z + 1)), 1)), _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_set1_epi16((short)(4 * z + 2))),
-            _mm_set1_epi16((short)(4 * z + 3)), 1), 1);
+    const __m512i idx[2] = {packed_scales({0, 1, 2, 3}, {4, 5, 6, 7}),
+                            packed_scales({8, 9, 10, 11}, {12, 13, 14, 15})};
     __m512 acc[ROWS];
     __m256 shift[ROWS];
     #pragma GCC unroll 8
@@ -544,7 +555,7 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
         const float d = half(b + 208);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 192)));
         const __m512i scales = _mm512_castsi256_si512(sc16);
-        __m512i q[4], sc[4];
+        __m512i q[4];
         for (int h = 0; h < 2; ++h) {
             const __m512i ql = load64(b + 64 * h);
             const __m512i qh = _mm512_broadcast_i64x4(load32(b + 128 + 32 * h));
@@ -553,17 +564,12 @@ static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
             q[2 * h] = _mm512_or_si512(lo4_512(ql), _mm512_slli_epi16(top_lo, 4));
             q[2 * h + 1] = _mm512_or_si512(hi4_512(ql), _mm512_slli_epi16(top_hi, 4));
         }
-        #pragma GCC unroll 4
-        for (int z = 0; z < 4; ++z) sc[z] = _mm512_permutexvar_epi16(idx[z], scales);
+        const __m512i sc[2] = {_mm512_permutexvar_epi16(idx[0], scales),
+                               _mm512_permutexvar_epi16(idx[1], scales)};
         #pragma GCC unroll 8
         for (int i = 0; i < ROWS; ++i) {
             const int64_t at = (m0 + i) * blocks + blk;
-            const int8_t* x = &a.q[at * 256];
-            __m512i sum = _mm512_setzero_si512();
-            #pragma GCC unroll 4
-            for (int z = 0; z < 4; ++z)
-                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(q[z], load64(x + 64 * z)),
-                                          sc[z]);
+            const __m512i sum = dot256(q, &a.q[at * 256], sc);
             const float dd = d * a.d[at];
             acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(sum), acc[i]);
             const __m256i sums = _mm256_loadu_si256((const __m256i*)&a.bsum[at * 16]);
