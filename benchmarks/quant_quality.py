@@ -1,5 +1,5 @@
-"""What quantized weights cost in quality: perplexity and greedy agreement, against agentrt's
-first run and against llama.cpp on the same file.
+"""What quantized weights cost in quality: perplexity, next-token and greedy agreement, against
+agentrt's first run and against llama.cpp on the same file.
 
 ``--model`` is any GGUF file (or name agentrt finds; default: the embedded SmolLM2-135M-Instruct
 Q4_1 GGUF; ``benchmarks/make_gguf.py`` makes Q4_K_M / Q8_0 / Q4_1 files of it and of a 0.5B
@@ -13,17 +13,23 @@ measured on:
   BOS) under teacher forcing: one window over the whole text, no stride — one forward pass of
   agentrt's own model (torch reference attention on a fresh paged KV), the log-probability of
   every next token;
+- **next-token agreement**: at how many positions of that text the most likely next token is
+  the same (teacher-forced, so one difference does not carry on);
 - **greedy agreement** on chat prompts: how many outputs are identical, and how many generated
-  tokens match before the first difference.
+  tokens match before the first difference (one near-tie decided the other way changes all
+  that follows, so this count is chaotic; the next-token share is the stable measure).
 
 llama.cpp (llama-cpp-python, when installed and the model is a file) runs the same file on the
 same token ids: perplexity from one ``eval`` of the whole text with ``logits_all=True`` (the
 same single window), greedy outputs from the same prompt ids, ending at the same EOS ids.
+``--llamacpp-variants`` also runs llama.cpp with one of its own settings changed (flash
+attention, an f32 KV cache, the prompt fed one token at a time): how closely llama.cpp
+reproduces its own greedy outputs is the scale for how closely agentrt does.
 
     python benchmarks/quant_quality.py                      # none, auto, int8, int4
     python benchmarks/quant_quality.py --tokens 1024 --max-tokens 64
     python benchmarks/quant_quality.py --model FILE.gguf --quantization auto \\
-        --gguf-activations float32,int8
+        --gguf-activations float32,int8 --llamacpp-variants
 """
 
 from __future__ import annotations
@@ -56,10 +62,12 @@ HAS_GGUF_ACTIVATIONS = "gguf_activations" in {f.name for f in dataclasses.fields
 
 
 class Run(NamedTuple):
-    """One measured engine: its label, perplexity and greedy outputs (token ids per prompt)."""
+    """One measured engine: its label, perplexity, its most likely next token at each position
+    of the text (teacher-forced) and greedy outputs (token ids per prompt)."""
 
     name: str
     perplexity: float
+    top1: list[int]
     outputs: list[list[int]]
 
 
@@ -76,8 +84,9 @@ def prompt_ids(tokenizer) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def perplexity(core: LLMEngine, ids: list[int]) -> float:
-    """exp(mean NLL of ids[1:]) from one teacher-forced forward pass over ``ids``."""
+def teacher_forced(core: LLMEngine, ids: list[int]) -> tuple[float, list[int]]:
+    """exp(mean NLL of ids[1:]) and the most likely next token at each position, from one
+    teacher-forced forward pass over ``ids``."""
     model, c, page = core.model, core.model_config, 16
     pages = -(-len(ids) // page)
     kv = KVCacheTensors.allocate(c.num_layers, pages, page, c.num_kv_heads, c.head_dim,
@@ -96,7 +105,7 @@ def perplexity(core: LLMEngine, ids: list[int]) -> float:
         logits = model.logits(hidden[:-1])
     finally:
         model.attn = previous
-    return nll_perplexity(logits, ids)
+    return nll_perplexity(logits, ids), logits.argmax(-1).tolist()
 
 
 def nll_perplexity(logits: torch.Tensor, ids: list[int]) -> float:
@@ -145,15 +154,25 @@ def engine_configs(args: argparse.Namespace) -> list[tuple[str, EngineConfig]]:
 
 def measure_agentrt(label: str, core: LLMEngine, text: list[int], prompts: list[list[int]],
                     max_tokens: int) -> Run:
-    run = Run(f"agentrt {label}", perplexity(core, text), greedy(core, prompts, max_tokens))
+    run = Run(f"agentrt {label}", *teacher_forced(core, text),
+              greedy(core, prompts, max_tokens))
     print(f"  {run.name}: perplexity {run.perplexity:.4f}", flush=True)
     return run
 
 
 # --- llama.cpp on the same file ----------------------------------------------------------------
+LLAMACPP_VARIANTS: dict[str, dict] = {
+    "flash attention": {"flash_attn": True},
+    "f32 KV cache": {"type_k": 0, "type_v": 0},  # GGML_TYPE_F32; the default cache is f16
+    "prompt one token at a time": {"n_batch": 1, "n_ubatch": 1},
+}
+"""llama.cpp with one of its own settings changed (``Llama(**overrides)``), by label."""
+
+
 def measure_llamacpp(path: Path, text: list[int], prompts: list[list[int]], max_tokens: int,
-                     eos: set[int]) -> Run:
-    """llama.cpp's perplexity of ``text`` (one window, ``logits_all``) and greedy outputs."""
+                     eos: set[int], variant: str | None = None) -> Run:
+    """llama.cpp's perplexity of ``text`` (one window, ``logits_all``) and greedy outputs, with
+    its default settings or those of :data:`LLAMACPP_VARIANTS` ``[variant]``."""
     from llama_cpp import Llama
 
     n_ctx = max(len(text), max(map(len, prompts)) + max_tokens) + 8
@@ -161,16 +180,17 @@ def measure_llamacpp(path: Path, text: list[int], prompts: list[list[int]], max_
                   logits_all=True, verbose=False)
     if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:
         kwargs["use_extra_bufts"] = False  # the stock build's AMX path segfaults here
+    kwargs.update(LLAMACPP_VARIANTS[variant] if variant else {})
     llm = Llama(**kwargs)
     try:
         llm.eval(text)
         logits = torch.from_numpy(np.array(llm.scores[: len(text) - 1], dtype=np.float32))
-        ppl = nll_perplexity(logits, text)
+        ppl, top1 = nll_perplexity(logits, text), logits.argmax(-1).tolist()
         outputs = [llamacpp_greedy(llm, p, max_tokens, eos) for p in prompts]
     finally:
         llm.close()
-    run = Run("llama.cpp", ppl, outputs)
-    print(f"  llama.cpp: perplexity {ppl:.4f}", flush=True)
+    run = Run(f"llama.cpp, {variant}" if variant else "llama.cpp", ppl, top1, outputs)
+    print(f"  {run.name}: perplexity {ppl:.4f}", flush=True)
     return run
 
 
@@ -201,27 +221,38 @@ def llamacpp_file(args: argparse.Namespace) -> Path | None:
 
 
 # --- report ----------------------------------------------------------------------------------
-def print_table(runs: list[Run], llama: Run | None, args: argparse.Namespace) -> None:
+def print_table(runs: list[Run], llama: list[Run], args: argparse.Namespace) -> None:
+    """One row per run; the agreement columns against the first agentrt run and, when llama.cpp
+    ran, against llama.cpp with its default settings (``llama[0]``; its variants follow it)."""
     base = runs[0]
     print(f"\n{len(runs[0].outputs)} chat prompts × up to {args.max_tokens} greedy tokens; "
           f"{args.tokens}-token text, one window")
-    head = ["run", "perplexity", f"vs {base.name}", "identical outputs", "tokens before first "
-            "difference"]
+    head = ["run", "perplexity", f"vs {base.name}", "same next token", "identical outputs",
+            "tokens before first difference"]
     if llama:
-        head += ["vs llama.cpp", "identical to llama.cpp", "tokens before first difference"]
+        head += ["vs llama.cpp", "same next token as llama.cpp", "identical to llama.cpp",
+                 "tokens before first difference"]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for run in [*runs, *([llama] if llama else [])]:
+    for run in [*runs, *llama]:
         same, prefix, total = agreement(base.outputs, run.outputs)
-        cells = [run.name, f"{run.perplexity:.4f}", change(run, base), f"{same}/{len(PROMPTS)}",
-                 f"{prefix}/{total}"]
+        cells = [run.name, f"{run.perplexity:.4f}", change(run, base), top1_match(run, base),
+                 f"{same}/{len(PROMPTS)}", f"{prefix}/{total}"]
         if llama:
-            same, prefix, total = agreement(llama.outputs, run.outputs)
-            cells += [change(run, llama), f"{same}/{len(PROMPTS)}", f"{prefix}/{total}"]
+            same, prefix, total = agreement(llama[0].outputs, run.outputs)
+            cells += [change(run, llama[0]), top1_match(run, llama[0]), f"{same}/{len(PROMPTS)}",
+                      f"{prefix}/{total}"]
         print("| " + " | ".join(cells) + " |")
 
 
 def change(run: Run, ref: Run) -> str:
     return f"{100 * (run.perplexity / ref.perplexity - 1):+.2f}%"
+
+
+def top1_match(run: Run, ref: Run) -> str:
+    """The share of the text's positions where both pick the same most likely next token (each
+    on the true text so far: a difference does not carry on, as it does in greedy outputs)."""
+    same = sum(a == b for a, b in zip(run.top1, ref.top1, strict=True))
+    return f"{100 * same / len(ref.top1):.2f}%"
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -240,6 +271,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=1024, help="tokens of text for perplexity")
     p.add_argument("--max-tokens", type=int, default=48, help="greedy tokens per prompt")
     p.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp")
+    p.add_argument("--llamacpp-variants", action="store_true",
+                   help="also run llama.cpp with each of: " + ", ".join(LLAMACPP_VARIANTS)
+                        + " (how closely llama.cpp reproduces itself)")
     args = p.parse_args(argv)
     args.quantization = args.quantization.split(",")
     if args.gguf_activations is not None:
@@ -264,8 +298,9 @@ def main(argv: list[str] | None = None) -> None:
         eos = core.eos_token_ids
         del core
         gc.collect()
-    llama = (measure_llamacpp(path, text, prompts, args.max_tokens, eos)
-             if path is not None else None)
+    variants = [None, *(LLAMACPP_VARIANTS if args.llamacpp_variants else ())]
+    llama = ([measure_llamacpp(path, text, prompts, args.max_tokens, eos, v) for v in variants]
+             if path is not None else [])
     print_table(runs, llama, args)
 
 
