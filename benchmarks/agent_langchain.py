@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import inspect
 import itertools
 import os
 import resource
@@ -346,14 +345,12 @@ class LlamaCppBackend:
     executor_cls = AgentExecutor
 
     def __init__(self, max_new_tokens: int, threads: int, n_ctx: int = 2048) -> None:
+        from _llamacpp import llama_options
         from langchain_community.chat_models import ChatLlamaCpp
-        from llama_cpp import Llama
 
         from agentrt.models.files import default_gguf
 
-        extra: dict[str, Any] = {"n_threads_batch": threads}
-        if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:
-            extra["use_extra_bufts"] = False  # the stock build's AMX path segfaults here
+        extra = llama_options(n_threads_batch=threads)
         # NOTE: greedy as on the other backends: ChatLlamaCpp defaults to temperature 0.8,
         # top_k 40, repeat_penalty 1.1 and n_batch 8 (slow prefill).
         self.llm = ChatLlamaCpp(model_path=str(default_gguf()), n_ctx=n_ctx, n_threads=threads,

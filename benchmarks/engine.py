@@ -41,7 +41,6 @@ import argparse
 import gc
 import importlib
 import importlib.util
-import inspect
 import math
 import os
 import statistics
@@ -178,25 +177,17 @@ class LlamaCppRunner:
     can_batch = False
 
     def __init__(self, gguf: Path, n_ctx: int, n_batch: int, threads: int) -> None:
-        from llama_cpp import Llama
+        from _llamacpp import llama_options, open_llama
 
-        kwargs = dict(model_path=str(gguf), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
-                      n_threads=threads, n_threads_batch=threads, verbose=False)
-        self.note = ""
-        if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:
-            kwargs["use_extra_bufts"] = False  # the stock build's AMX path segfaults here
-            self.note = "use_extra_bufts=False"
-        self.llm = Llama(**kwargs)
+        self.note = "use_extra_bufts=False" if "use_extra_bufts" in llama_options() else ""
+        self.llm = open_llama(gguf, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                              n_threads=threads, n_threads_batch=threads)
 
     def generate(self, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+        from _llamacpp import greedy
+
         (prompt,) = prompts
-        self.llm.reset()  # no reuse of the previous call's KV
-        out: list[int] = []
-        for token in self.llm.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0):
-            out.append(token)  # the generator never stops on EOS by itself
-            if len(out) == new_tokens:
-                break
-        return [out]
+        return [greedy(self.llm, prompt, new_tokens)]
 
     def close(self) -> None:
         self.llm.close()

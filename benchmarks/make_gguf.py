@@ -289,21 +289,13 @@ def check(path: Path, max_tokens: int) -> None:
 def llamacpp_greedy(path: Path, prompt: list[int], max_tokens: int, eos: set[int]
                     ) -> list[int]:
     """llama.cpp's greedy tokens for ``prompt``, ending at an EOS (kept, as agentrt does)."""
-    import inspect
+    from _llamacpp import greedy, open_llama
 
-    from llama_cpp import Llama
-
-    kwargs = dict(model_path=str(path), n_ctx=len(prompt) + max_tokens + 8, verbose=False)
-    if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:
-        kwargs["use_extra_bufts"] = False  # the stock build's AMX path segfaults here
-    llm = Llama(**kwargs)
-    out: list[int] = []
-    for token in llm.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0):
-        out.append(token)
-        if token in eos or len(out) == max_tokens:
-            break
-    llm.close()
-    return out
+    llm = open_llama(path, n_ctx=len(prompt) + max_tokens + 8)
+    try:
+        return greedy(llm, prompt, max_tokens, eos)
+    finally:
+        llm.close()
 
 
 # --- main ---------------------------------------------------------------------------------

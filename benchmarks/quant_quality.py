@@ -39,7 +39,6 @@ import dataclasses
 import gc
 import importlib
 import importlib.util
-import inspect
 import math
 from pathlib import Path
 from typing import NamedTuple
@@ -173,36 +172,21 @@ def measure_llamacpp(path: Path, text: list[int], prompts: list[list[int]], max_
                      eos: set[int], variant: str | None = None) -> Run:
     """llama.cpp's perplexity of ``text`` (one window, ``logits_all``) and greedy outputs, with
     its default settings or those of :data:`LLAMACPP_VARIANTS` ``[variant]``."""
-    from llama_cpp import Llama
+    from _llamacpp import greedy, open_llama
 
     n_ctx = max(len(text), max(map(len, prompts)) + max_tokens) + 8
-    kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx,
-                  logits_all=True, verbose=False)
-    if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:
-        kwargs["use_extra_bufts"] = False  # the stock build's AMX path segfaults here
-    kwargs.update(LLAMACPP_VARIANTS[variant] if variant else {})
-    llm = Llama(**kwargs)
+    kwargs = dict(n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True)
+    llm = open_llama(path, **{**kwargs, **(LLAMACPP_VARIANTS[variant] if variant else {})})
     try:
         llm.eval(text)
         logits = torch.from_numpy(np.array(llm.scores[: len(text) - 1], dtype=np.float32))
         ppl, top1 = nll_perplexity(logits, text), logits.argmax(-1).tolist()
-        outputs = [llamacpp_greedy(llm, p, max_tokens, eos) for p in prompts]
+        outputs = [greedy(llm, p, max_tokens, eos) for p in prompts]
     finally:
         llm.close()
     run = Run(f"llama.cpp, {variant}" if variant else "llama.cpp", ppl, top1, outputs)
     print(f"  {run.name}: perplexity {ppl:.4f}", flush=True)
     return run
-
-
-def llamacpp_greedy(llm, prompt: list[int], max_tokens: int, eos: set[int]) -> list[int]:
-    """Greedy tokens from a fresh context, ending with an EOS id kept, as agentrt does."""
-    llm.reset()  # no reuse of the previous prompt's KV
-    out: list[int] = []
-    for token in llm.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0):
-        out.append(token)
-        if token in eos or len(out) == max_tokens:
-            break
-    return out
 
 
 def llamacpp_file(args: argparse.Namespace) -> Path | None:
