@@ -13,10 +13,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from agentrt.core.request import FinishReason, Request, RequestStats
 
-__all__ = ["RequestOutput", "StreamDelta", "segment_counters"]
+__all__ = ["RequestOutput", "SegmentCounters", "StreamDelta", "segment_counters"]
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,17 @@ class RequestOutput:
         )
 
 
-def segment_counters(req: Request) -> tuple[int, int, int]:
-    """``(num_prompt_tokens, num_cached_tokens, num_prefill_tokens)`` of ``req``'s segment.
+class SegmentCounters(NamedTuple):
+    """The token counters of one segment of a request (see :func:`segment_counters`)."""
+
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    num_prefill_tokens: int
+
+
+def segment_counters(req: Request) -> SegmentCounters:
+    """The counters of ``req``'s current segment: its prompt, how much of it was cached and how
+    many tokens the segment computed in prefill chunks.
 
     ``num_cached_tokens`` is the prompt minus what this segment computed (capped at 0..
     prompt): once the prompt is prefilled — before the first delta — it is final, unless a
@@ -128,4 +138,4 @@ def segment_counters(req: Request) -> tuple[int, int, int]:
     """
     prompt = req.segment_start
     prefilled = req.stats.num_prefill_tokens - req.segment_prefill_start
-    return prompt, max(0, prompt - min(prompt, prefilled)), prefilled
+    return SegmentCounters(prompt, max(0, prompt - min(prompt, prefilled)), prefilled)
