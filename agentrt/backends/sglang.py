@@ -291,7 +291,7 @@ class SGLangBackend(Backend):
                 if keep < len(session.context):
                     session_params["offset"] = keep  # NOTE: a seam rolled back
         body = generate_body(sent, params or SamplingParams(), rid=rid, stream=True,
-                             session_params=session_params)
+                             session_params=session_params, namespace=opts.namespace)
         return _Call(rid, body, context, session, ChunkParser(rid))
 
     def _open_body(self) -> dict[str, Any]:
@@ -325,8 +325,10 @@ def _parse_line(call: _Call, line: str) -> StreamDelta | None:
 
 
 def _check_options(opts: RequestOptions) -> None:
-    """What cannot travel to an SGLang server is refused (namespace, group and depth, and
-    ``keep_kv`` — sessions keep the context — are ignored)."""
+    """What cannot travel to an SGLang server is refused. ``namespace`` travels as
+    ``extra_key``; ``group`` and ``depth`` (agentrt's topology-aware batching) are ignored —
+    the server schedules by its own policy — and so is ``keep_kv`` (sessions keep the
+    context)."""
     if opts.hook is not None:
         raise ValueError("a hook runs in process; the sglang backend cannot send it (run the "
                          "call through agentrt.backends.Call, which runs it on the stream)")

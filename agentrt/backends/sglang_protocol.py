@@ -67,12 +67,16 @@ def sampling_params(params: SamplingParams) -> dict[str, Any]:
 
 
 def generate_body(prompt_ids: list[int], params: SamplingParams, *, rid: str, stream: bool,
-                  session_params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON body of one ``POST /generate``."""
+                  session_params: dict[str, Any] | None = None, namespace: str = ""
+                  ) -> dict[str, Any]:
+    """The JSON body of one ``POST /generate``; a ``namespace`` travels as SGLang's
+    ``extra_key`` (requests share cached prefixes only with the same key)."""
     body: dict[str, Any] = {"input_ids": prompt_ids, "sampling_params": sampling_params(params),
                             "rid": rid, "stream": stream}
     if session_params is not None:
         body["session_params"] = session_params
+    if namespace:
+        body["extra_key"] = namespace
     return body
 
 

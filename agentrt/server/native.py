@@ -109,7 +109,8 @@ async def _prepare(state: ServerState, native: NativeState, body: GenerateReques
         ids, parent = session.prompt_for(body.session_params, list(ids)), body.session_params.rid
     _check_context(state, len(ids), body.params)
     return NativeRun(state, native, rid, list(ids), params, started, session=session,
-                     parent=parent, no_stop_trim=body.params.no_stop_trim)
+                     parent=parent, no_stop_trim=body.params.no_stop_trim,
+                     namespace=body.extra_key or "")
 
 
 def _check_context(state: ServerState, num_prompt_tokens: int,
@@ -135,7 +136,7 @@ class NativeRun(Run):
     def __init__(self, state: ServerState, native: NativeState, rid: str,
                  prompt_ids: list[int], params: SamplingParams, started: float, *,
                  session: NativeSession | None = None, parent: str | None = None,
-                 no_stop_trim: bool = False) -> None:
+                 no_stop_trim: bool = False, namespace: str = "") -> None:
         super().__init__(state, started)
         self.native = native
         self.rid = rid
@@ -145,7 +146,7 @@ class NativeRun(Run):
         self.no_stop_trim = no_stop_trim
         self.call = Call(state.backend, prompt_ids, params,
                          session=None if session is None else session.session,
-                         options=RequestOptions(request_id=rid))
+                         options=RequestOptions(request_id=rid, namespace=namespace))
         self.text = ""
         self.output_ids: list[int] = []
         self.finish_reason: str | None = None

@@ -128,6 +128,9 @@ class GenerateRequest(BaseModel):
     stream: bool = False
     rid: str | None = None
     session_params: SessionParams | None = None
+    extra_key: str | None = None
+    """SGLang's cache key: requests share cached prefixes only with the same key (agentrt's
+    ``RequestOptions.namespace``)."""
     return_logprob: bool | None = None
     top_logprobs_num: int | None = None
     token_ids_logprob: list[int] | None = None

@@ -163,3 +163,17 @@ def test_keep_rolls_a_session_back_with_offset(sglang, local, prompt_ids, tokeni
     assert remote.num_prompt_tokens == len(context) == here.num_prompt_tokens
     assert remote.num_cached_tokens >= len(prompt_ids) - 1  # the kept part was not recomputed
     assert remote.token_ids == here.token_ids == sglang.generate(context, params).token_ids
+
+
+def test_a_namespace_travels_as_extra_key_and_keeps_prefixes_apart(sglang, tokenizer):
+    text = ("Namespaces keep one tenant's cached prefixes from another's. " * 6).strip()
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    params = SamplingParams(max_tokens=2)
+
+    def cached(namespace: str) -> int:
+        return sglang.generate(ids, params,
+                               options=RequestOptions(namespace=namespace)).num_cached_tokens
+
+    assert cached("tenant-a") == 0  # a prompt no request sent before
+    assert cached("tenant-b") == 0  # the same prompt, another namespace: nothing shared
+    assert cached("tenant-a") >= len(ids) // 2  # its own namespace: the prefix is reused
