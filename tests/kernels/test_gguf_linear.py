@@ -157,9 +157,11 @@ def test_bad_inputs_raise_clear_errors():
         dequantize_rows(raw, T.Q8_0, (4, 64), torch.tensor([4]))
 
 
-# 19 blocks of 32: two groups of 8 and an odd tail for the AVX-512 kernels; 17 rows: odd
+# 19 blocks of 32: two groups of 8 and an odd tail for the AVX-512 kernels; 17 rows: odd, and
+# past the k-quants' batch-1 passes of 4 weight rows
 INT8_CASES = [(t, s) for t, s in CASES if t in INT8_FORMATS] + [
-    (t, (17, 608)) for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)]
+    (t, (17, 608)) for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)] + [
+    (t, (17, 512)) for t in (T.Q4_K, T.Q5_K, T.Q6_K)]
 
 
 @pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=_name)

@@ -46,8 +46,9 @@ struct Acts {           // M rows of K quantized activations
     std::vector<float> d;    // (M, K / B) scales, B = 32 or 256
     std::vector<float> s;    // (M, K / 32): d * (sum of q), what a block minimum multiplies
     std::vector<int16_t> bsum;  // (M, K / 16) sums of q (k-quants)
-    std::vector<int16_t> bsum32;  // (M, K / 32) sums of q (k-quants, for the AVX-512 form)
-    std::vector<int8_t> q45;  // (M, K): q in the AVX-512 Q4_K / Q5_K order (see row_k45_512)
+    std::vector<int8_t> kq;     // (K / 256, M, 256): q, block-major, in the AVX-512 k-quant order
+    std::vector<int16_t> ksum;  // (K / 256, M, 16): bsum, block-major
+    std::vector<float> kd;      // (K / 256, M): d, block-major
     std::vector<int8_t> qg;   // (M, stride): q in the AVX-512 32-value layout (see Grouped)
     std::vector<float> dv;    // (M, vectors, 16): d per lane of that layout
     std::vector<float> sv;    // (M, vectors, 16): each lane's share of d * s
@@ -126,16 +127,21 @@ static void quantize256(const float* x, int64_t K, int8_t* q, float* d, int16_t*
     }
 }
 
-// Each 256 block's 32-value chunks in the order 0 2 1 3 4 6 5 7: a 64-byte load of Q4_K
-// nibbles holds sub-blocks (0, 2), (1, 3), (4, 6) or (5, 7).
-static void reorder45(Acts& a, int64_t M, int64_t K) {
-    static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-    a.q45.resize(M * K);
-    a.bsum32.resize(M * K / 32);
-    for (int64_t blk = 0; blk < M * K / 256; ++blk)
-        for (int c = 0; c < 8; ++c) {
-            memcpy(&a.q45[blk * 256 + 32 * c], &a.q[blk * 256 + 32 * order[c]], 32);
-            a.bsum32[blk * 8 + c] = a.bsum[blk * 16 + 2 * c] + a.bsum[blk * 16 + 2 * c + 1];
+// The AVX-512 k-quant kernels' activations: block-major, so the rows of one block lie 256
+// bytes apart (one pointer walks them all); with `reorder`, each block's 32-value chunks in
+// the order 0 2 1 3 4 6 5 7: a 64-byte load of Q4_K / Q5_K nibbles holds sub-blocks (0, 2),
+// (1, 3), (4, 6) or (5, 7).
+static void block_major(Acts& a, int64_t M, int64_t K, bool reorder) {
+    static const int order[2][8] = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 2, 1, 3, 4, 6, 5, 7}};
+    const int64_t blocks = K / 256;
+    a.kq.resize(M * K), a.ksum.resize(M * K / 16), a.kd.resize(M * blocks);
+    for (int64_t blk = 0; blk < blocks; ++blk)
+        for (int64_t m = 0; m < M; ++m) {
+            const int64_t from = m * blocks + blk, to = blk * M + m;
+            for (int c = 0; c < 8; ++c)
+                memcpy(&a.kq[to * 256 + 32 * c], &a.q[from * 256 + 32 * order[reorder][c]], 32);
+            memcpy(&a.ksum[to * 16], &a.bsum[from * 16], 32);
+            a.kd[to] = a.d[from];
         }
 }
 
@@ -203,8 +209,6 @@ struct View {
     const float* d;
     const float* s;
     const int16_t* bsum;
-    const int16_t* bsum32;
-    const int8_t* q45;
 };
 
 // The activations of the AVX-512 32-value kernels.
@@ -215,8 +219,16 @@ struct GView {
     Grouped layout;
 };
 
+// The activations of the AVX-512 k-quant kernels (see block_major): M rows.
+struct KView {
+    const int8_t* q;
+    const int16_t* sums;
+    const float* d;
+    int64_t M;
+};
+
 static View view(const Acts& a) {
-    return {a.q.data(), a.d.data(), a.s.data(), a.bsum.data(), a.bsum32.data(), a.q45.data()};
+    return {a.q.data(), a.d.data(), a.s.data(), a.bsum.data()};
 }
 
 // ---- integer helpers ----
@@ -430,8 +442,8 @@ static void row_q6k(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, f
 // ---- AVX-512 VNNI: 64 values per instruction (k-quants) ----
 //
 // dpbusd sums 4 u8 x s8 products into each int32 lane, small enough to narrow to int16, and
-// dpwssd applies the sub-block scales to pairs of those (dot256). NOTE: no std:: templates in this region (an AVX-512 instantiation could be
-// shared with the AVX2 path).
+// dpwssd applies the sub-block scales to pairs of those (dot256). NOTE: no std:: templates in
+// this region (an AVX-512 instantiation could be shared with the AVX2 path).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")
 
@@ -442,73 +454,90 @@ static inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
 static inline __m512i lo4_512(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0xF)); }
 static inline __m512i hi4_512(__m512i v) { return lo4_512(_mm512_srli_epi16(v, 4)); }
 
-// int16 lane L of the result = lane idx[L] of v: idx holds `a` in lanes 0..15, `b` in 16..31
-static inline __m512i halves(int a, int b) {
-    return _mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);
-}
+struct Lanes16x32 {  // the 32 int16 lanes of a 512-bit constant
+    alignas(64) int16_t v[32];
+    inline __m512i load() const { return _mm512_load_si512(v); }
+};
 
-// ggml's unpacking of the twelve bytes of 6-bit scales: bytes 0..7 scales, 8..15 minimums.
-static inline void unpack_k4(const uint8_t* q, uint32_t u[4]) {
-    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-    memcpy(u, q, 12);
-    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-    const uint32_t mins = u[1] & k1;
-    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-    u[2] = mins;
-    u[0] &= k1;
-}
-
-static inline float hsum128(__m128 v) {
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+// `a` in int16 lanes 0..15, `b` in 16..31.
+static constexpr Lanes16x32 halves(int a, int b) {
+    Lanes16x32 r{};
+    for (int l = 0; l < 32; ++l) r.v[l] = (int16_t)(l < 16 ? a : b);
+    return r;
 }
 
 // The scale index of each int16 lane of packs(p, r), p and r int32 lanes whose 128-bit block k
 // holds sub-block p_of[k] (r_of[k]): what dpwssd then multiplies each lane by.
-static inline __m512i packed_scales(const int (&p_of)[4], const int (&r_of)[4]) {
-    alignas(64) int16_t idx[32];
+static constexpr Lanes16x32 packed_scales(const int (&p_of)[4], const int (&r_of)[4]) {
+    Lanes16x32 r{};
     for (int k = 0; k < 4; ++k)
-        for (int w = 0; w < 8; ++w) idx[8 * k + w] = (int16_t)(w < 4 ? p_of[k] : r_of[k]);
-    return _mm512_load_si512(idx);
+        for (int w = 0; w < 8; ++w) r.v[8 * k + w] = (int16_t)(w < 4 ? p_of[k] : r_of[k]);
+    return r;
 }
 
 // The scaled integer dot product of 256 unsigned weights q (4 vectors) with 256 activations
-// at x: 4 dpbusd leave sums of 4 products per int32 lane (at most 4 * 63 * 127, an int16), two
+// x: 4 dpbusd leave sums of 4 products per int32 lane (at most 4 * 63 * 127, an int16), two
 // packs narrow them to int16, and two dpwssd apply the scales `sc` (see packed_scales) -- 6
 // multiplies where maddubs + dpwssd per 64 values take 8.
-static inline __m512i dot256(const __m512i q[4], const int8_t* x, const __m512i sc[2]) {
+static inline __m512i dot256(const __m512i q[4], const __m512i x[4], const __m512i sc[2]) {
     const __m512i zero = _mm512_setzero_si512();
     __m512i p[4];
     #pragma GCC unroll 4
-    for (int z = 0; z < 4; ++z) p[z] = _mm512_dpbusd_epi32(zero, q[z], load64(x + 64 * z));
+    for (int z = 0; z < 4; ++z) p[z] = _mm512_dpbusd_epi32(zero, q[z], x[z]);
     return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, _mm512_packs_epi32(p[0], p[1]), sc[0]),
                                _mm512_packs_epi32(p[2], p[3]), sc[1]);
 }
 
+static inline void load256(const int8_t* x, __m512i v[4]) {
+    #pragma GCC unroll 4
+    for (int z = 0; z < 4; ++z) v[z] = load64(x + 64 * z);
+}
+
+// One k-quant super-block, decoded: its value is d * (the scaled dot product of q, dot256)
+// + doff * (off . the activation block's 16 sums of q).
+struct KBlock {
+    __m512i q[4];   // the 256 values, unsigned, in the activations' order (KQuant::REORDER)
+    __m512i sc[2];  // the scales, as dot256 takes them
+    __m256i off;    // int16 weights of the 16 activation sums (Q4_K / Q5_K: minimums, Q6_K: scales)
+    float d, doff;  // Q4_K / Q5_K: -dmin; Q6_K: -32 d (its values are q - 32)
+};
+
+template <int32_t TYPE> struct KQuant;
+
 // Q4_K / Q5_K: nibbles of 64 bytes = sub-blocks (0, 2) low, (1, 3) high; bytes 64..127 the
-// same for 4..7; the activations were reordered to match (reorder45).
-template <bool FIVE, int ROWS>
-static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
-                        int64_t N) {
-    constexpr int64_t BYTES = FIVE ? 176 : 144;
-    const int64_t blocks = K / 256;
-    const __m512i idx[2] = {packed_scales({0, 0, 2, 2}, {1, 1, 3, 3}),
-                            packed_scales({4, 4, 6, 6}, {5, 5, 7, 7})};
-    __m512 acc[ROWS];
-    __m128 low[ROWS];
-    #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), low[i] = _mm_setzero_ps();
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-        const uint8_t* b = wrow + blk * BYTES;
-        const float d = half(b), dmin = half(b + 2);
-        uint32_t u[4];
-        unpack_k4(b + 4, u);
-        const __m512i scales = _mm512_castsi128_si512(
-            _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)u)));
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)(u + 2)));
+// same for 4..7; the activations were reordered to match (block_major).
+template <bool FIVE>
+struct KQuant45 {
+    static constexpr int64_t BYTES = FIVE ? 176 : 144;
+    static constexpr Lanes16x32 IDX[2] = {packed_scales({0, 0, 2, 2}, {1, 1, 3, 3}),
+                                          packed_scales({4, 4, 6, 6}, {5, 5, 7, 7})};
+    static constexpr bool REORDER = true;
+
+    // The twelve bytes of 6-bit scales at p -> 8 scales, then 8 minimums, one a byte.
+    static inline __m128i scales(const uint8_t* p) {
+        const __m128i v = _mm_loadu_si128((const __m128i*)p);
+        const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11,
+                                                            4, 5, 6, 7, 8, 9, 10, 11));
+        const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3,
+                                                            -1, -1, -1, -1, 4, 5, 6, 7));
+        const __m128i low = _mm_and_si128(_mm_blend_epi32(a, _mm_srli_epi16(a, 4), 8),
+                                          _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
+                                                         0x0F0F0F0F));
+        return _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
+    }
+
+    static inline void decode(const uint8_t* b, KBlock& k) {
+        k.d = half(b), k.doff = -half(b + 2);
+        const __m128i s = scales(b + 4);
+        k.off = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+            s, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+        const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(s));
+        k.sc[0] = _mm512_permutexvar_epi16(IDX[0].load(), scales16);
+        k.sc[1] = _mm512_permutexvar_epi16(IDX[1].load(), scales16);
         const uint8_t* ql = b + (FIVE ? 48 : 16);
         const __m512i first = load64(ql), second = load64(ql + 64);
-        __m512i q[4] = {lo4_512(first), hi4_512(first), lo4_512(second), hi4_512(second)};
+        k.q[0] = lo4_512(first), k.q[1] = hi4_512(first);
+        k.q[2] = lo4_512(second), k.q[3] = hi4_512(second);
         if (FIVE) {
             const __m512i qh = _mm512_broadcast_i64x4(load32(b + 16));
             #pragma GCC unroll 4
@@ -517,69 +546,102 @@ static void row_k45_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t 
                 const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << s0)),
                                                        _mm256_set1_epi8((char)(4 << s0)), 1);
                 const __mmask64 set = _mm512_test_epi8_mask(qh, bit);
-                q[z] = _mm512_mask_add_epi8(q[z], set, q[z], _mm512_set1_epi8(16));
+                k.q[z] = _mm512_mask_add_epi8(k.q[z], set, k.q[z], _mm512_set1_epi8(16));
             }
         }
-        const __m512i sc[2] = {_mm512_permutexvar_epi16(idx[0], scales),
-                               _mm512_permutexvar_epi16(idx[1], scales)};
-        #pragma GCC unroll 8
-        for (int i = 0; i < ROWS; ++i) {
-            const int64_t at = (m0 + i) * blocks + blk;
-            const __m512i sum = dot256(q, &a.q45[at * 256], sc);
-            const float dx = a.d[at];
-            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * dx), _mm512_cvtepi32_ps(sum), acc[i]);
-            const __m128i sums = _mm_loadu_si128((const __m128i*)&a.bsum32[at * 8]);
-            low[i] = _mm_fmadd_ps(_mm_set1_ps(-dmin * dx), _mm_cvtepi32_ps(
-                _mm_madd_epi16(mins, sums)), low[i]);
-        }
     }
-    #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum128(low[i]);
-}
+};
+template <> struct KQuant<Q4_K> : KQuant45<false> {};
+template <> struct KQuant<Q5_K> : KQuant45<true> {};
 
 // Q6_K: ql[64 h ..][0..63] low nibbles = values 128 h + 0..63, high = 128 h + 64..127, each
 // 32 with its own two bits of qh[32 h ..]; a scale per 16 values.
-template <int ROWS>
-static void row_q6k_512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
-                        int64_t N) {
-    const int64_t blocks = K / 256;
-    const __m512i shift_lo = halves(0, 2), shift_hi = halves(4, 6), three = _mm512_set1_epi8(3);
-    const __m512i idx[2] = {packed_scales({0, 1, 2, 3}, {4, 5, 6, 7}),
-                            packed_scales({8, 9, 10, 11}, {12, 13, 14, 15})};
-    __m512 acc[ROWS];
-    __m256 shift[ROWS];
-    #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), shift[i] = _mm256_setzero_ps();
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-        const uint8_t* b = wrow + blk * 210;
-        const float d = half(b + 208);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 192)));
-        const __m512i scales = _mm512_castsi256_si512(sc16);
-        __m512i q[4];
+template <> struct KQuant<Q6_K> {
+    static constexpr int64_t BYTES = 210;
+    static constexpr Lanes16x32 IDX[2] = {packed_scales({0, 1, 2, 3}, {4, 5, 6, 7}),
+                                          packed_scales({8, 9, 10, 11}, {12, 13, 14, 15})};
+    static constexpr Lanes16x32 SHIFT[2] = {halves(0, 2), halves(4, 6)};  // of qh, per half
+    static constexpr bool REORDER = false;
+
+    static inline void decode(const uint8_t* b, KBlock& k) {
+        k.d = half(b + 208), k.doff = -32.f * k.d;
+        k.off = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 192)));
+        const __m512i scales = _mm512_castsi256_si512(k.off), three = _mm512_set1_epi8(3);
+        k.sc[0] = _mm512_permutexvar_epi16(IDX[0].load(), scales);
+        k.sc[1] = _mm512_permutexvar_epi16(IDX[1].load(), scales);
+        #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
             const __m512i ql = load64(b + 64 * h);
             const __m512i qh = _mm512_broadcast_i64x4(load32(b + 128 + 32 * h));
-            const __m512i top_lo = _mm512_and_si512(_mm512_srlv_epi16(qh, shift_lo), three);
-            const __m512i top_hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), three);
-            q[2 * h] = _mm512_or_si512(lo4_512(ql), _mm512_slli_epi16(top_lo, 4));
-            q[2 * h + 1] = _mm512_or_si512(hi4_512(ql), _mm512_slli_epi16(top_hi, 4));
+            const __m512i top_lo = _mm512_and_si512(_mm512_srlv_epi16(qh, SHIFT[0].load()), three);
+            const __m512i top_hi = _mm512_and_si512(_mm512_srlv_epi16(qh, SHIFT[1].load()), three);
+            k.q[2 * h] = _mm512_or_si512(lo4_512(ql), _mm512_slli_epi16(top_lo, 4));
+            k.q[2 * h + 1] = _mm512_or_si512(hi4_512(ql), _mm512_slli_epi16(top_hi, 4));
         }
-        const __m512i sc[2] = {_mm512_permutexvar_epi16(idx[0], scales),
-                               _mm512_permutexvar_epi16(idx[1], scales)};
+    }
+};
+
+// The block's share of one activation row's result: d * dx * (integer dot) into acc,
+// doff * dx * (off . sums) into offset.
+static inline void accumulate(const KBlock& k, const __m512i x[4], const int16_t* sums, float dx,
+                              __m512& acc, __m256& offset) {
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(k.d * dx), _mm512_cvtepi32_ps(dot256(k.q, x, k.sc)), acc);
+    const __m256i s = _mm256_loadu_si256((const __m256i*)sums);
+    offset = _mm256_fmadd_ps(_mm256_set1_ps(k.doff * dx),
+                             _mm256_cvtepi32_ps(_mm256_madd_epi16(k.off, s)), offset);
+}
+
+// One weight row against ROWS activation rows from m0: out[i * N].
+template <int32_t TYPE, int ROWS>
+static void rows_k512(const uint8_t* wrow, const KView& a, int64_t m0, int64_t K, float* out,
+                      int64_t N) {
+    const int64_t blocks = K / 256;
+    __m512 acc[ROWS];
+    __m256 offset[ROWS];
+    #pragma GCC unroll 8
+    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), offset[i] = _mm256_setzero_ps();
+    KBlock k;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        KQuant<TYPE>::decode(wrow + blk * KQuant<TYPE>::BYTES, k);
+        const int64_t at = blk * a.M + m0;
         #pragma GCC unroll 8
         for (int i = 0; i < ROWS; ++i) {
-            const int64_t at = (m0 + i) * blocks + blk;
-            const __m512i sum = dot256(q, &a.q[at * 256], sc);
-            const float dd = d * a.d[at];
-            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(sum), acc[i]);
-            const __m256i sums = _mm256_loadu_si256((const __m256i*)&a.bsum[at * 16]);
-            shift[i] = _mm256_fmadd_ps(_mm256_set1_ps(-32.f * dd), _mm256_cvtepi32_ps(
-                _mm256_madd_epi16(sc16, sums)), shift[i]);
+            __m512i x[4];
+            load256(a.q + (at + i) * 256, x);
+            accumulate(k, x, a.sums + (at + i) * 16, a.d[at + i], acc[i], offset[i]);
         }
     }
     #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i)
-        out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum(shift[i]);
+    for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum(offset[i]);
+}
+
+// NW weight rows (row_bytes apart), one after the other, against the one activation row:
+// out[0 .. NW - 1], their accumulators summed in one tree.
+template <int32_t TYPE, int NW>
+static void wrows_k512(const uint8_t* w, int64_t row_bytes, const KView& a, int64_t K,
+                       float* out) {
+    static_assert(NW == 4, "the final tree sums 4 rows");
+    const int64_t blocks = K / 256;
+    __m512 acc[NW];
+    __m256 offset[NW];
+    KBlock k;
+    #pragma GCC unroll 4
+    for (int j = 0; j < NW; ++j) {
+        acc[j] = _mm512_setzero_ps(), offset[j] = _mm256_setzero_ps();
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+            __m512i x[4];
+            load256(a.q + blk * 256, x);
+            KQuant<TYPE>::decode(w + j * row_bytes + blk * KQuant<TYPE>::BYTES, k);
+            accumulate(k, x, a.sums + blk * 16, a.d[blk], acc[j], offset[j]);
+        }
+    }
+    __m256 h[NW];
+    #pragma GCC unroll 4
+    for (int j = 0; j < NW; ++j)
+        h[j] = _mm256_add_ps(_mm256_add_ps(_mm512_castps512_ps256(acc[j]),
+                                           _mm512_extractf32x8_ps(acc[j], 1)), offset[j]);
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
 
 // ---- 32-value formats: eight blocks at a time (AVX-512 VNNI) ----
@@ -814,25 +876,25 @@ static void linear32g(const uint8_t* w, int64_t row_bytes, const GView& a, int64
     }
 }
 
-template <int32_t TYPE, int ROWS>
-static inline void rows512(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, float* out,
-                           int64_t N) {
-    if constexpr (TYPE == Q4_K) row_k45_512<false, ROWS>(wrow, a, m0, K, out, N);
-    else if constexpr (TYPE == Q5_K) row_k45_512<true, ROWS>(wrow, a, m0, K, out, N);
-    else row_q6k_512<ROWS>(wrow, a, m0, K, out, N);
-}
-
 template <int32_t TYPE>
-static void linear512(const uint8_t* w, int64_t row_bytes, const View& a, int64_t M, int64_t K,
+static void linear512(const uint8_t* w, int64_t row_bytes, const KView& a, int64_t M, int64_t K,
                       int64_t N, float* out, int32_t num_threads) {
+    if (M == 1) {  // 4 weight rows a pass, sharing the activation loads
+        #pragma omp parallel for num_threads(num_threads) schedule(static)
+        for (int64_t n = 0; n < N / 4 * 4; n += 4)
+            wrows_k512<TYPE, 4>(w + n * row_bytes, row_bytes, a, K, out + n);
+        for (int64_t n = N / 4 * 4; n < N; ++n)
+            rows_k512<TYPE, 1>(w + n * row_bytes, a, 0, K, out + n, N);
+        return;
+    }
     #pragma omp parallel for num_threads(num_threads) schedule(static)
     for (int64_t n = 0; n < N; ++n) {
         const uint8_t* wrow = w + n * row_bytes;
         int64_t m = 0;
-        for (; m + R512 <= M; m += R512) rows512<TYPE, R512>(wrow, a, m, K, out + m * N + n, N);
-        if (m + 4 <= M) rows512<TYPE, 4>(wrow, a, m, K, out + m * N + n, N), m += 4;
-        if (m + 2 <= M) rows512<TYPE, 2>(wrow, a, m, K, out + m * N + n, N), m += 2;
-        if (m < M) rows512<TYPE, 1>(wrow, a, m, K, out + m * N + n, N);
+        for (; m + R512 <= M; m += R512) rows_k512<TYPE, R512>(wrow, a, m, K, out + m * N + n, N);
+        if (m + 4 <= M) rows_k512<TYPE, 4>(wrow, a, m, K, out + m * N + n, N), m += 4;
+        if (m + 2 <= M) rows_k512<TYPE, 2>(wrow, a, m, K, out + m * N + n, N), m += 2;
+        if (m < M) rows_k512<TYPE, 1>(wrow, a, m, K, out + m * N + n, N);
     }
 }
 
@@ -884,9 +946,10 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
     const Grouped L = grouped(K);
     const bool by_group = isa == 512 && !k_quant;
     quantize(x, M, K, type, a, num_threads, by_group ? &L : nullptr, type == Q8_0);
-    if (isa == 512 && (type == Q4_K || type == Q5_K)) reorder45(a, M, K);
+    if (isa == 512 && k_quant) block_major(a, M, K, type != Q6_K);
     const View v = view(a);
     const GView g = {a.qg.data(), a.dv.data(), a.sv.data(), L};
+    const KView kv = {a.kq.data(), a.ksum.data(), a.kd.data(), M};
     if (isa == 512) {
         switch (type) {
             case Q4_0: linear32g<Q4_0>(w, row_bytes, g, M, N, out, num_threads); break;
@@ -894,9 +957,9 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
             case Q5_0: linear32g<Q5_0>(w, row_bytes, g, M, N, out, num_threads); break;
             case Q5_1: linear32g<Q5_1>(w, row_bytes, g, M, N, out, num_threads); break;
             case Q8_0: linear32g<Q8_0>(w, row_bytes, g, M, N, out, num_threads); break;
-            case Q4_K: linear512<Q4_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
-            case Q5_K: linear512<Q5_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
-            default: linear512<Q6_K>(w, row_bytes, v, M, K, N, out, num_threads); break;
+            case Q4_K: linear512<Q4_K>(w, row_bytes, kv, M, K, N, out, num_threads); break;
+            case Q5_K: linear512<Q5_K>(w, row_bytes, kv, M, K, N, out, num_threads); break;
+            default: linear512<Q6_K>(w, row_bytes, kv, M, K, N, out, num_threads); break;
         }
         return 0;
     }
