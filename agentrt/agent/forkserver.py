@@ -249,6 +249,7 @@ def main() -> None:
     except BaseException as exc:
         control.sendall(b"E" + f"preloading failed: {type(exc).__name__}: {exc}".encode())
         return
+    _no_helper_threads()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
     control.sendall(b"R")
     while True:
@@ -266,6 +267,17 @@ def main() -> None:
         for fd in fds:
             os.close(fd)
         control.sendall(_PID.pack(pid))
+
+
+def _no_helper_threads() -> None:
+    """Turn off the helper threads libraries start by themselves (tqdm's monitor, even for a
+    progress bar that is never shown): a worker runs one thread until its sandbox is applied,
+    and refuses to open a tool otherwise (see :func:`agentrt.agent.sandbox.apply_sandbox`)."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0
 
 
 def _die_with_parent() -> None:

@@ -139,7 +139,15 @@ class SandboxReport:
 
 
 def apply_sandbox(config: SandboxConfig, workdir: Path) -> SandboxReport:
-    """Confine this (worker) process for good; call once, before running untrusted input."""
+    """Confine this (worker) process for good; call once, before running untrusted input.
+
+    Raises ``RuntimeError`` when kernel layers are asked for and the process runs more than
+    one thread: Landlock and the network namespace confine only the thread that applies them,
+    so a thread started earlier (by a tool's ``open_session``) would stay outside the sandbox
+    and could run model-written work for it.
+    """
+    if config.use_kernel and (config.confine_files or config.deny_network):
+        _check_single_threaded()
     notes: list[str] = []
     rlimits = _apply_rlimits(config)
     sys.dont_write_bytecode = True
@@ -180,6 +188,18 @@ def begin_call(config: SandboxConfig) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _check_single_threaded() -> None:
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: nothing to count with (Landlock is Linux-only anyway)
+        return
+    if threads > 1:
+        raise RuntimeError(
+            f"the worker runs {threads} threads before its sandbox is applied; the kernel "
+            "layers confine only the thread that applies them, so a tool must not start "
+            "threads in open_session (start them inside a call, after the sandbox)")
 
 
 def _apply_rlimits(config: SandboxConfig) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from toy_tools import ThreadAtOpenTool
 
 from agentrt.agent import SandboxConfig, ToolRuntime, seccomp
 from agentrt.agent.forkserver import LOG_TAIL_BYTES
@@ -288,3 +289,12 @@ def test_the_caller_survives_a_worker_killed_from_outside(runtime):
     obs = run(runtime, "print(1)")
     assert obs.is_error and "died" in obs.text
     assert run(runtime, "print(2)").text == "2\n"
+
+
+def test_a_thread_started_before_the_sandbox_stops_the_tool_from_opening():
+    # Landlock and the network namespace confine only the thread that applies them: a thread a
+    # tool started in open_session would run outside the sandbox, so the worker refuses to open.
+    with ToolRuntime([ThreadAtOpenTool()]) as rt:
+        obs = rt.run("thread_at_open", {"text": "hi"})
+    assert obs.is_error and "could not open the tool" in obs.text
+    assert "2 threads before its sandbox" in obs.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -63,6 +64,17 @@ class _Misbehave(ArgumentInvocation):
 
     def run(self, arguments: dict[str, Any]) -> str:
         return f"pid {os.getpid()}"
+
+
+@dataclass(frozen=True)
+class ThreadAtOpenTool(EchoTool):
+    """Starts a thread while its session opens, before the sandbox (refused by the worker)."""
+
+    name: ClassVar[str] = "thread_at_open"
+
+    def open_session(self, workdir):
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        return super().open_session(workdir)
 
 
 @dataclass(frozen=True)
