@@ -128,18 +128,16 @@ static void quantize256(const float* x, int64_t K, int8_t* q, float* d, int16_t*
 }
 
 // The AVX-512 k-quant kernels' activations: block-major, so the rows of one block lie 256
-// bytes apart (one pointer walks them all); with `reorder`, each block's 32-value chunks in
-// the order 0 2 1 3 4 6 5 7: a 64-byte load of Q4_K / Q5_K nibbles holds sub-blocks (0, 2),
-// (1, 3), (4, 6) or (5, 7).
-static void block_major(Acts& a, int64_t M, int64_t K, bool reorder) {
-    static const int order[2][8] = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 2, 1, 3, 4, 6, 5, 7}};
+// bytes apart (one pointer walks them all), each block's 16-value chunks in the order
+// `chunks` (that of the type's decoded weights: KQuant::CHUNKS).
+static void block_major(Acts& a, int64_t M, int64_t K, const int (&chunks)[16]) {
     const int64_t blocks = K / 256;
     a.kq.resize(M * K), a.ksum.resize(M * K / 16), a.kd.resize(M * blocks);
     for (int64_t blk = 0; blk < blocks; ++blk)
         for (int64_t m = 0; m < M; ++m) {
             const int64_t from = m * blocks + blk, to = blk * M + m;
-            for (int c = 0; c < 8; ++c)
-                memcpy(&a.kq[to * 256 + 32 * c], &a.q[from * 256 + 32 * order[reorder][c]], 32);
+            for (int c = 0; c < 16; ++c)
+                memcpy(&a.kq[to * 256 + 16 * c], &a.q[from * 256 + 16 * chunks[c]], 16);
             memcpy(&a.ksum[to * 16], &a.bsum[from * 16], 32);
             a.kd[to] = a.d[from];
         }
@@ -478,7 +476,7 @@ static constexpr Lanes16x32 packed_scales(const int (&p_of)[4], const int (&r_of
 // The scaled integer dot product of 256 unsigned weights q (4 vectors) with 256 activations
 // x: 4 dpbusd leave sums of 4 products per int32 lane (at most 4 * 63 * 127, an int16), two
 // packs narrow them to int16, and two dpwssd apply the scales `sc` (see packed_scales) -- 6
-// multiplies where maddubs + dpwssd per 64 values take 8.
+// multiplies where maddubs + dpwssd per 64 values take 8. Q4_K / Q5_K take 5 (KQuant45::dot).
 static inline __m512i dot256(const __m512i q[4], const __m512i x[4], const __m512i sc[2]) {
     const __m512i zero = _mm512_setzero_si512();
     __m512i p[4];
@@ -493,25 +491,29 @@ static inline void load256(const int8_t* x, __m512i v[4]) {
     for (int z = 0; z < 4; ++z) v[z] = load64(x + 64 * z);
 }
 
-// One k-quant super-block, decoded: its value is d * (the scaled dot product of q, dot256)
+// One k-quant super-block, decoded: its value is d * (the scaled dot product of q, KQuant::dot)
 // + doff * (off . the activation block's 16 sums of q).
 struct KBlock {
-    __m512i q[4];   // the 256 values, unsigned, in the activations' order (KQuant::REORDER)
-    __m512i sc[2];  // the scales, as dot256 takes them
+    __m512i q[4];   // the 256 values, unsigned, in the activations' order (KQuant::CHUNKS)
+    __m512i sc[2];  // the scales, as KQuant::dot takes them
     __m256i off;    // int16 weights of the 16 activation sums (Q4_K / Q5_K: minimums, Q6_K: scales)
     float d, doff;  // Q4_K / Q5_K: -dmin; Q6_K: -32 d (its values are q - 32)
 };
 
 template <int32_t TYPE> struct KQuant;
 
-// Q4_K / Q5_K: nibbles of 64 bytes = sub-blocks (0, 2) low, (1, 3) high; bytes 64..127 the
-// same for 4..7; the activations were reordered to match (block_major).
+// Q4_K / Q5_K: nibbles of 64 bytes = sub-blocks 0 (low) and 1 (high) in bytes 0..31, 2 and 3
+// in 32..63; bytes 64..127 the same for 4..7. Decoded, vector 0 holds values 0..15 of
+// sub-blocks 0, 1, 2, 3 (a 128-bit block each), vector 1 their values 16..31, vectors 2 and 3
+// the same of 4..7: two dpbusd then sum 8 products of one sub-block per lane (at most 8 * 31
+// * 127, an int16), and one packs + one dpwssd apply the scales.
 template <bool FIVE>
 struct KQuant45 {
     static constexpr int64_t BYTES = FIVE ? 176 : 144;
-    static constexpr Lanes16x32 IDX[2] = {packed_scales({0, 0, 2, 2}, {1, 1, 3, 3}),
-                                          packed_scales({4, 4, 6, 6}, {5, 5, 7, 7})};
-    static constexpr bool REORDER = true;
+    static constexpr int CHUNKS[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+    static constexpr Lanes16x32 IDX = packed_scales({0, 1, 2, 3}, {4, 5, 6, 7});
+    // the shift of each 128-bit block: low nibbles, high, low, high
+    static constexpr Lanes16x32 SHIFT = packed_scales({0, 4, 0, 4}, {0, 4, 0, 4});
 
     // The twelve bytes of 6-bit scales at p -> 8 scales, then 8 minimums, one a byte.
     static inline __m128i scales(const uint8_t* p) {
@@ -531,24 +533,39 @@ struct KQuant45 {
         const __m128i s = scales(b + 4);
         k.off = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
             s, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
-        const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(s));
-        k.sc[0] = _mm512_permutexvar_epi16(IDX[0].load(), scales16);
-        k.sc[1] = _mm512_permutexvar_epi16(IDX[1].load(), scales16);
+        k.sc[0] = _mm512_permutexvar_epi16(IDX.load(), _mm512_castsi256_si512(
+            _mm256_cvtepu8_epi16(s)));
         const uint8_t* ql = b + (FIVE ? 48 : 16);
-        const __m512i first = load64(ql), second = load64(ql + 64);
-        k.q[0] = lo4_512(first), k.q[1] = hi4_512(first);
-        k.q[2] = lo4_512(second), k.q[3] = hi4_512(second);
-        if (FIVE) {
-            const __m512i qh = _mm512_broadcast_i64x4(load32(b + 16));
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {  // 128-bit blocks 0 0 2 2, then 1 1 3 3
+            const __m512i v = load64(ql + 64 * h);
+            k.q[2 * h] = lo4_512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(v, v, 0xA0), SHIFT.load()));
+            k.q[2 * h + 1] = lo4_512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(v, v, 0xF5),
+                                                       SHIFT.load()));
+        }
+        if (FIVE) {  // bit s of qh[l]: the fifth bit of value l of sub-block s
+            const __m512i bits = _mm512_set_epi64(0x0808080808080808, 0x0808080808080808,
+                                                  0x0404040404040404, 0x0404040404040404,
+                                                  0x0202020202020202, 0x0202020202020202,
+                                                  0x0101010101010101, 0x0101010101010101);
             #pragma GCC unroll 4
             for (int z = 0; z < 4; ++z) {
-                const int s0 = 2 * (z / 2) * 2 + z % 2;  // sub-blocks s0, s0 + 2
-                const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << s0)),
-                                                       _mm256_set1_epi8((char)(4 << s0)), 1);
-                const __mmask64 set = _mm512_test_epi8_mask(qh, bit);
+                const __m512i qh = _mm512_broadcast_i32x4(
+                    _mm_loadu_si128((const __m128i*)(b + 16 + 16 * (z % 2))));
+                const __mmask64 set = _mm512_test_epi8_mask(
+                    qh, z < 2 ? bits : _mm512_slli_epi64(bits, 4));
                 k.q[z] = _mm512_mask_add_epi8(k.q[z], set, k.q[z], _mm512_set1_epi8(16));
             }
         }
+    }
+
+    static inline __m512i dot(const KBlock& k, const __m512i x[4]) {
+        const __m512i zero = _mm512_setzero_si512();
+        const __m512i low = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, k.q[0], x[0]), k.q[1],
+                                                x[1]);
+        const __m512i high = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, k.q[2], x[2]), k.q[3],
+                                                 x[3]);
+        return _mm512_dpwssd_epi32(zero, _mm512_packs_epi32(low, high), k.sc[0]);
     }
 };
 template <> struct KQuant<Q4_K> : KQuant45<false> {};
@@ -561,7 +578,7 @@ template <> struct KQuant<Q6_K> {
     static constexpr Lanes16x32 IDX[2] = {packed_scales({0, 1, 2, 3}, {4, 5, 6, 7}),
                                           packed_scales({8, 9, 10, 11}, {12, 13, 14, 15})};
     static constexpr Lanes16x32 SHIFT[2] = {halves(0, 2), halves(4, 6)};  // of qh, per half
-    static constexpr bool REORDER = false;
+    static constexpr int CHUNKS[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
     static inline void decode(const uint8_t* b, KBlock& k) {
         k.d = half(b + 208), k.doff = -32.f * k.d;
@@ -579,13 +596,17 @@ template <> struct KQuant<Q6_K> {
             k.q[2 * h + 1] = _mm512_or_si512(hi4_512(ql), _mm512_slli_epi16(top_hi, 4));
         }
     }
+
+    static inline __m512i dot(const KBlock& k, const __m512i x[4]) { return dot256(k.q, x, k.sc); }
 };
 
 // The block's share of one activation row's result: d * dx * (integer dot) into acc,
 // doff * dx * (off . sums) into offset.
+template <int32_t TYPE>
 static inline void accumulate(const KBlock& k, const __m512i x[4], const int16_t* sums, float dx,
                               __m512& acc, __m256& offset) {
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(k.d * dx), _mm512_cvtepi32_ps(dot256(k.q, x, k.sc)), acc);
+    const __m512i dot = KQuant<TYPE>::dot(k, x);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(k.d * dx), _mm512_cvtepi32_ps(dot), acc);
     const __m256i s = _mm256_loadu_si256((const __m256i*)sums);
     offset = _mm256_fmadd_ps(_mm256_set1_ps(k.doff * dx),
                              _mm256_cvtepi32_ps(_mm256_madd_epi16(k.off, s)), offset);
@@ -608,7 +629,7 @@ static void rows_k512(const uint8_t* wrow, const KView& a, int64_t m0, int64_t K
         for (int i = 0; i < ROWS; ++i) {
             __m512i x[4];
             load256(a.q + (at + i) * 256, x);
-            accumulate(k, x, a.sums + (at + i) * 16, a.d[at + i], acc[i], offset[i]);
+            accumulate<TYPE>(k, x, a.sums + (at + i) * 16, a.d[at + i], acc[i], offset[i]);
         }
     }
     #pragma GCC unroll 8
@@ -632,7 +653,7 @@ static void wrows_k512(const uint8_t* w, int64_t row_bytes, const KView& a, int6
             __m512i x[4];
             load256(a.q + blk * 256, x);
             KQuant<TYPE>::decode(w + j * row_bytes + blk * KQuant<TYPE>::BYTES, k);
-            accumulate(k, x, a.sums + blk * 16, a.d[blk], acc[j], offset[j]);
+            accumulate<TYPE>(k, x, a.sums + blk * 16, a.d[blk], acc[j], offset[j]);
         }
     }
     __m256 h[NW];
@@ -946,7 +967,8 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
     const Grouped L = grouped(K);
     const bool by_group = isa == 512 && !k_quant;
     quantize(x, M, K, type, a, num_threads, by_group ? &L : nullptr, type == Q8_0);
-    if (isa == 512 && k_quant) block_major(a, M, K, type != Q6_K);
+    if (isa == 512 && k_quant)
+        block_major(a, M, K, type == Q6_K ? KQuant<Q6_K>::CHUNKS : KQuant<Q4_K>::CHUNKS);
     const View v = view(a);
     const GView g = {a.qg.data(), a.dv.data(), a.sv.data(), L};
     const KView kv = {a.kq.data(), a.ksum.data(), a.kd.data(), M};
