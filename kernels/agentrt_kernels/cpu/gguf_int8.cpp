@@ -16,9 +16,10 @@
 // Each weight block is decoded once per call and meets every activation row of the batch (up
 // to 8 per pass) while it sits in registers; with AVX-512 VNNI the 32-value formats decode 8
 // blocks at a time into an order the activations were laid out in to match (Grouped), so a
-// float multiply-add applies the scales once per 256 values, not per 32. The activations are
-// quantized into buffers of the calling thread that grow to the largest call (no allocation
-// per call after that).
+// float multiply-add applies the scales once per 256 values, not per 32; the k-quant kernels
+// read their activations block-major, in the order of their decoded weights (block_major), and
+// at batch 1 take 4 weight rows a pass. The activations are quantized into buffers of the
+// calling thread that grow to the largest call (no allocation per call after that).
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
