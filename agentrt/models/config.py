@@ -2,6 +2,12 @@
 
 transformers parses the file (``AutoConfig``); this module keeps only what agentrt's own
 forward pass uses and rejects architectures it does not implement with a clear error.
+
+NOTE: the forward pass attends to the whole sequence; a model whose config sets a sliding
+window (Phi-3-mini-4k: 2047 tokens, Mistral 7B v0.1: 4096) gives transformers' outputs for
+sequences of up to that many tokens and different ones past it, so its
+``max_position_embeddings`` (which bounds the engine's ``max_model_len``) is capped at the
+window.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[bool, bool]] = {
     "MistralForCausalLM": (False, False),
     "Qwen2ForCausalLM": (True, False),
     "Qwen3ForCausalLM": (False, True),
+    "Phi3ForCausalLM": (False, False),  # Q/K/V and gate/up stored fused: qkv_proj, gate_up_proj
 }
 
 
@@ -41,6 +48,7 @@ class ModelConfig:
     rope_theta: float
     rope_scaling: dict[str, Any] | None
     max_position_embeddings: int
+    """Positions the engine may use: the config's, capped at a sliding window (module note)."""
     tie_word_embeddings: bool
     qkv_bias: bool
     qk_norm: bool
@@ -68,6 +76,11 @@ class ModelConfig:
                 f"{', '.join(sorted(SUPPORTED_ARCHITECTURES))}"
             )
         qkv_bias, qk_norm = SUPPORTED_ARCHITECTURES[arch]
+        rotary = float(_rope_params(hf).get("partial_rotary_factor") or 1.0)
+        if rotary != 1.0:
+            raise UnsupportedModelError(
+                f"{folder}: partial_rotary_factor={rotary} (RoPE on part of each head) is not "
+                "supported; agentrt rotates whole heads")
         heads = hf.num_attention_heads
         return cls(
             architecture=arch,
@@ -81,7 +94,8 @@ class ModelConfig:
             rms_norm_eps=hf.rms_norm_eps,
             rope_theta=_rope_theta(hf),
             rope_scaling=_rope_scaling(hf),
-            max_position_embeddings=hf.max_position_embeddings,
+            max_position_embeddings=min(hf.max_position_embeddings,
+                                        getattr(hf, "sliding_window", None) or 2**63),
             tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
             qkv_bias=bool(getattr(hf, "attention_bias", qkv_bias)) or qkv_bias,
             qk_norm=qk_norm,
@@ -101,7 +115,13 @@ def _rope_theta(hf) -> float:
 def _rope_scaling(hf) -> dict[str, Any] | None:
     params = _rope_params(hf)
     kind = params.get("rope_type") or params.get("type") or "default"
-    return None if kind == "default" else {**params, "rope_type": kind}
+    if kind == "default":
+        return None
+    scaling = {**params, "rope_type": kind}
+    if kind == "longrope" and not scaling.get("factor"):  # transformers' default, kept before
+        old_len = scaling["original_max_position_embeddings"]  # the sliding-window cap
+        scaling["factor"] = hf.max_position_embeddings / old_len
+    return scaling
 
 
 def _eos_ids(hf) -> tuple[int, ...]:

@@ -9,7 +9,11 @@ llama.cpp's interleaving of Q/K rows on the way, so a model kept in the file's o
 takes about the file's size in memory and no file pages stay mapped.
 
 Architectures (``general.architecture``): ``llama`` (Mistral files are ``llama`` too, told apart
-by their ``general.name``, as transformers does), ``qwen2`` and ``qwen3``.
+by their ``general.name``, as transformers does), ``qwen2``, ``qwen3`` and ``phi3`` (Phi-3,
+Phi-3.5 and Phi-4 files: Q/K/V rows fused in ``attn_qkv``, gate and up rows in ``ffn_up``, in
+Hugging Face's order, so they are named ``qkv_proj`` / ``gate_up_proj`` as its Phi-3 folders
+are; the long-context files' ``rope_factors_short``/``rope_factors_long`` vectors become the
+config's ``longrope`` parameters).
 """
 
 from __future__ import annotations
@@ -33,8 +37,12 @@ GGUF_ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 _INTERLEAVED_QK = frozenset({"llama"})  # llama.cpp interleaves rotary halves of Q/K rows here
+_FUSED = frozenset({"phi3"})  # one tensor for Q/K/V rows, one for gate/up rows
+_ROPE_FACTORS = {"rope_factors_short.weight": "short_factor",
+                 "rope_factors_long.weight": "long_factor"}
 _FLOAT_TYPES = {"F32": 4, "F16": 2, "BF16": 2}  # element-wise types: a 1-D tensor's rows
 
 
@@ -119,7 +127,11 @@ class GGUFFile:
         self.config = _config(meta, arch)
         names = _hf_names(gguf, arch, self.config["num_hidden_layers"])
         self.tensors: dict[str, GGUFTensor] = {}
+        factors: dict[str, list[float]] = {}
         for t in reader.tensors:
+            if t.name in _ROPE_FACTORS:
+                factors[_ROPE_FACTORS[t.name]] = [float(x) for x in t.data.reshape(-1)]
+                continue
             if t.name not in names:
                 raise UnsupportedModelError(f"{self.path.name}: unexpected GGUF tensor {t.name!r}")
             self.tensors[names[t.name]] = GGUFTensor(
@@ -128,6 +140,8 @@ class GGUFFile:
                 offset=int(t.data_offset), nbytes=int(t.n_bytes),
                 interleaved_heads=self._interleaved_heads(t.name),
             )
+        if factors:
+            self.config["rope_scaling"] = _longrope(meta, arch, self.config, factors)
         if "lm_head.weight" not in self.tensors:
             self.config["tie_word_embeddings"] = True
         if self.config["vocab_size"] is None:
@@ -173,6 +187,13 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
                 config[hf_key] = meta[prefix + key]
     heads = int(config["num_attention_heads"])
     head_dim = meta.get(f"{arch}.attention.key_length") or meta.get(f"{arch}.rope.dimension_count")
+    if arch in _FUSED:  # llama.cpp writes no key_length here, and rotates part of a head
+        head_dim = meta.get(f"{arch}.attention.key_length") or int(config["hidden_size"]) // heads
+    rotary = meta.get(f"{arch}.rope.dimension_count") or head_dim
+    if rotary != head_dim:
+        raise UnsupportedModelError(f"RoPE on {rotary} of each head's {head_dim} dimensions "
+                                    "(partial rotary) is not supported; agentrt rotates whole "
+                                    "heads")
     hf_arch = GGUF_ARCHITECTURES[arch]
     if arch == "llama" and "mistral" in str(meta.get("general.name", "")).lower():
         hf_arch = "MistralForCausalLM"
@@ -189,20 +210,39 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
         attention_bias=arch == "qwen2",
         mlp_bias=False,
         hidden_act="silu",
+        sliding_window=int(meta.get(f"{arch}.attention.sliding_window") or 0) or None,
     )
     return config
+
+
+def _longrope(meta: dict, arch: str, config: dict[str, Any],
+              factors: dict[str, list[float]]) -> dict[str, Any]:
+    """The ``longrope`` rope_scaling of a long-context Phi-3 file, from its factor vectors."""
+    old_len = meta.get(f"{arch}.rope.scaling.original_context_length")
+    if set(factors) != set(_ROPE_FACTORS.values()) or not old_len:
+        raise UnsupportedModelError(
+            f"RoPE factor vectors {sorted(factors)} without both short and long factors and "
+            f"{arch}.rope.scaling.original_context_length: an unknown RoPE scaling")
+    config["original_max_position_embeddings"] = int(old_len)  # Phi3Config reads it from here
+    scaling = {"rope_type": "longrope", "original_max_position_embeddings": int(old_len),
+               **factors}
+    if f"{arch}.rope.scaling.attn_factor" in meta:
+        scaling["attention_factor"] = float(meta[f"{arch}.rope.scaling.attn_factor"])
+    return scaling
 
 
 def _hf_names(gguf, arch: str, num_layers: int) -> dict[str, str]:
     """GGUF tensor name -> Hugging Face name, through the gguf package's name map."""
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], num_layers)
     hf = ["model.embed_tokens", "model.norm", "lm_head"]
+    projections = (("self_attn.qkv_proj", "mlp.gate_up_proj") if arch in _FUSED else
+                   ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
+                    "mlp.up_proj"))  # NOTE: gguf maps up_proj and gate_up_proj to ffn_up both
     for i in range(num_layers):
         layer = f"model.layers.{i}."
         hf += [layer + n for n in (
-            "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-            "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm",
-            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+            "input_layernorm", "post_attention_layernorm", "self_attn.o_proj",
+            "self_attn.q_norm", "self_attn.k_norm", "mlp.down_proj", *projections)]
     names = {}
     for base in hf:
         gguf_base = name_map.get_name(base)

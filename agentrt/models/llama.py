@@ -1,10 +1,12 @@
-"""agentrt's own forward pass for the Llama family (Llama, Mistral, Qwen2, Qwen3).
+"""agentrt's own forward pass for the Llama family (Llama, Mistral, Qwen2, Qwen3, Phi-3).
 
 Pre-norm decoder: RMSNorm → fused QKV projection (+bias for Qwen2, per-head q/k RMSNorm for
 Qwen3) → RoPE → paged attention through the backend → output projection → residual; RMSNorm →
 SwiGLU MLP (fused gate/up) → residual. Tokens of all sequences in a step are flattened into
 one (T, hidden) batch, so every matmul serves the whole batch; only attention needs to know
-where sequences begin, and it gets that from the backend's plan.
+where sequences begin, and it gets that from the backend's plan. Phi-3 is this decoder with
+its Q/K/V rows and gate/up rows stored fused (``qkv_proj``, ``gate_up_proj``): those weights
+are the fused layers as they are.
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ class LlamaModel:
     """Weights plus the forward pass; attention goes through an :class:`AttentionBackend`."""
 
     def __init__(self, config: ModelConfig, weights: Weights, dtype: torch.dtype,
-                 fused_ops: bool = False, device: str | torch.device = "cpu"):
+                 fused_ops: bool = False, device: str | torch.device = "cpu",
+                 max_model_len: int | None = None):
         """``weights`` decides each layer's form (:class:`~agentrt.models.weights.FloatWeights`
         in ``dtype``, or :class:`~agentrt.models.gguf_weights.GGUFWeights`, a GGUF file's own
-        blocks); activations are ``dtype``."""
+        blocks); activations are ``dtype``. ``max_model_len`` is the longest sequence the
+        engine will run (default: ``max_position_embeddings``): a RoPE variant that depends on
+        it (Phi-3's ``longrope``) is chosen by it."""
         self.config = config
         self.dtype = dtype
         self.device = torch.device(device)
@@ -55,7 +60,8 @@ class LlamaModel:
             self._rope, self._silu_mul = ops.apply_rope_, ops.silu_mul
         self._init_weights(weights)
         cos, sin = rope_tables(
-            config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
+            config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings,
+            max_model_len,
         )
         self.cos, self.sin = cos.to(self.device, dtype), sin.to(self.device, dtype)
         self.attn: AttentionBackend | None = None
@@ -76,13 +82,12 @@ class LlamaModel:
             attn, mlp = p + "self_attn.", p + "mlp."
             self.layers.append(_Layer(
                 input_norm=w.tensor(p + "input_layernorm.weight"),
-                qkv=w.linear([attn + f"{n}_proj.weight" for n in "qkv"],
-                             [attn + f"{n}_proj.bias" for n in "qkv"]),
+                qkv=_fused(w, attn, "qkv_proj", [f"{n}_proj" for n in "qkv"]),
                 q_norm=opt(attn + "q_norm.weight"),
                 k_norm=opt(attn + "k_norm.weight"),
                 o_proj=w.linear([attn + "o_proj.weight"]),
                 post_norm=w.tensor(p + "post_attention_layernorm.weight"),
-                gate_up=w.linear([mlp + "gate_proj.weight", mlp + "up_proj.weight"]),
+                gate_up=_fused(w, mlp, "gate_up_proj", ["gate_proj", "up_proj"]),
                 down=w.linear([mlp + "down_proj.weight"]),
             ))
 
@@ -127,3 +132,9 @@ class LlamaModel:
 
     def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
         return layer.down(self._silu_mul(layer.gate_up(h)))
+
+
+def _fused(w: Weights, prefix: str, fused: str, parts: list[str]) -> Linear:
+    """The layer stored fused as ``prefix + fused`` (Phi-3), else made of ``parts`` in order."""
+    names = [fused] if prefix + fused + ".weight" in w else parts
+    return w.linear([prefix + n + ".weight" for n in names], [prefix + n + ".bias" for n in names])

@@ -1,7 +1,10 @@
-"""Rotary position embeddings, including the scaling variants of the Llama and Qwen families.
+"""Rotary position embeddings, including the scaling variants of the Llama, Qwen and Phi-3
+families.
 
 ``rope_tables`` precomputes cos/sin for every position once (the same float32 arithmetic as
 Hugging Face, so outputs match it bit for bit); the forward pass indexes them by position.
+The tables are static, so a variant that depends on the context length (``longrope``) is
+chosen once, for the longest context the engine serves (``max_model_len``).
 """
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ Scaled = tuple[torch.Tensor, float]  # (scaled inverse frequencies, attention fa
 __all__ = ["ROPE_VARIANTS", "rope_tables"]
 
 
-def _default(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
+def _default(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float,
+             context_len: int) -> Scaled:
     return inv_freq, 1.0
 
 
-def _linear(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
+def _linear(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float,
+            context_len: int) -> Scaled:
     return inv_freq / float(p["factor"]), 1.0
 
 
-def _llama3(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
+def _llama3(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float,
+            context_len: int) -> Scaled:
     factor = float(p["factor"])
     low, high = float(p.get("low_freq_factor", 1.0)), float(p.get("high_freq_factor", 4.0))
     old_len = float(p["original_max_position_embeddings"])
@@ -39,7 +45,8 @@ def _llama3(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> S
     return torch.where(is_medium, smoothed, scaled), 1.0
 
 
-def _yarn(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Scaled:
+def _yarn(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float,
+          context_len: int) -> Scaled:
     factor = float(p["factor"])
     dim = inv_freq.numel() * 2
     old_len = float(p.get("original_max_position_embeddings") or max_pos)
@@ -57,19 +64,45 @@ def _yarn(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float) -> Sca
     return blended, mscale
 
 
-RopeVariant = Callable[[torch.Tensor, dict[str, Any], int, float], tuple[torch.Tensor, float]]
+def _longrope(inv_freq: Tensor, p: dict[str, Any], max_pos: int, base: float,
+              context_len: int) -> Scaled:
+    """Phi-3's LongRoPE: each frequency divided by its factor, the short factors for a context
+    of at most ``original_max_position_embeddings`` tokens, the long ones beyond it.
+
+    NOTE: transformers switches per sequence (long once a sequence outgrows the original
+    context, recomputing its cache); these tables are static, so the choice is made once for
+    the engine's context, as llama.cpp does for its ``n_ctx``: a sequence of a long-context
+    engine runs on the long factors from its first token.
+    """
+    old_len = int(p["original_max_position_embeddings"])
+    factors = p["long_factor"] if context_len > old_len else p["short_factor"]
+    dim = inv_freq.numel() * 2
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
+    scaled = 1.0 / (torch.tensor(factors, dtype=torch.float32) * base**exponents)
+    factor = float(p.get("factor") or max_pos / old_len)
+    mscale = p.get("attention_factor")
+    if mscale is None:
+        mscale = math.sqrt(1 + math.log(factor) / math.log(old_len)) if factor > 1 else 1.0
+    return scaled, float(mscale)
+
+
+RopeVariant = Callable[[torch.Tensor, dict[str, Any], int, float, int], Scaled]
 ROPE_VARIANTS: dict[str, RopeVariant] = {
     "default": _default,
     "linear": _linear,
     "llama3": _llama3,
     "yarn": _yarn,
+    "longrope": _longrope,
 }
 
 
 def rope_tables(
-    head_dim: int, theta: float, scaling: dict[str, Any] | None, max_pos: int
+    head_dim: int, theta: float, scaling: dict[str, Any] | None, max_pos: int,
+    context_len: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables of shape (max_pos, head_dim), float32."""
+    """cos and sin tables of shape (max_pos, head_dim), float32. ``context_len`` is the longest
+    sequence the engine runs (its ``max_model_len``; ``max_pos`` when not given): the variants
+    that depend on it (``longrope``) pick their frequencies by it."""
     kind = (scaling or {}).get("rope_type", "default")
     if kind not in ROPE_VARIANTS:
         raise NotImplementedError(
@@ -77,7 +110,8 @@ def rope_tables(
         )
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
     inv_freq = 1.0 / (theta**exponents)
-    inv_freq, mscale = ROPE_VARIANTS[kind](inv_freq, scaling or {}, max_pos, theta)
+    inv_freq, mscale = ROPE_VARIANTS[kind](inv_freq, scaling or {}, max_pos, theta,
+                                           context_len or max_pos)
     positions = torch.arange(max_pos, dtype=torch.float32)
     freqs = positions[:, None] * inv_freq[None, :]  # (P, D/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)

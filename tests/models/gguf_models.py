@@ -1,5 +1,6 @@
 """Small GGUF model files for the tests: a random transformers model written the way llama.cpp's
-converter writes it (gguf's tensor names, Q/K rows interleaved for llama), in any block format.
+converter writes it (gguf's tensor names, Q/K rows interleaved for llama, Phi-3's fused rows and
+longrope factor vectors as they are), in any block format.
 
 Formats the installed ``gguf`` package can quantize (Q4_0/Q4_1/Q5_x/Q8_0, F16, BF16) are
 quantized from the model's weights; k-quants (Q4_K, Q5_K, Q6_K), which it only dequantizes, are
@@ -32,6 +33,8 @@ CASES = {  # name: (config class, model class, GGUF architecture, general.name, 
               dict(tie_word_embeddings=True)),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", "qwen3", "tiny qwen3",
               dict(head_dim=32, tie_word_embeddings=False)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", "phi3", "tiny phi3",
+             dict(tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=None)),
 }
 IDS = list(range(100, 400, 3))  # 100 tokens: prefill then greedy decode
 
@@ -131,6 +134,8 @@ def write_gguf(hf, path: Path, arch: str, name: str, qtype=None, *, sync: bool =
     write_header(writer, name, cfg)
     tokenizer(writer, gguf)
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
+    if arch == "phi3":
+        write_phi3_rope(writer, cfg)
     rng = np.random.default_rng(0)
     params = dict(hf.named_parameters())
     for hf_name, tensor in hf.state_dict().items():
@@ -175,6 +180,25 @@ def write_header(writer, name: str, cfg) -> None:
     writer.add_rope_freq_base(float(rope["rope_theta"]) if rope else cfg.rope_theta)
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_vocab_size(cfg.vocab_size)
+
+
+def write_phi3_rope(writer, cfg) -> None:
+    """What llama.cpp's converter adds for Phi-3: the sliding window (0 = none), the original
+    context, and for ``longrope`` its attention factor and factor vectors as tensors."""
+    import math
+
+    rope = cfg.rope_parameters
+    old_len = rope.get("original_max_position_embeddings", cfg.max_position_embeddings)
+    writer.add_rope_scaling_orig_ctx_len(old_len)
+    writer.add_sliding_window(cfg.sliding_window or 0)
+    if rope["rope_type"] != "longrope":
+        return
+    scale = cfg.max_position_embeddings / old_len
+    writer.add_rope_scaling_attn_factors(
+        math.sqrt(1 + math.log(scale) / math.log(old_len)) if scale > 1 else 1.0)
+    for kind in ("long", "short"):
+        writer.add_tensor(f"rope_factors_{kind}.weight",
+                          np.array(rope[f"{kind}_factor"], dtype=np.float32))
 
 
 def write_random_llama(path: Path, cfg, formats: Formats) -> Path:

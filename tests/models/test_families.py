@@ -1,9 +1,11 @@
-"""Local Hugging Face folders of the Llama, Qwen2 and Qwen3 families load and match HF.
+"""Local Hugging Face folders of the Llama, Qwen2, Qwen3 and Phi-3 families load and match HF.
 
 Each case builds a small randomly initialised model with transformers, saves it as a folder
 (with the default model's tokenizer) and checks agentrt's own forward pass against HF's
-logits — covering QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3), untied heads and the RoPE
-scaling variants.
+logits — covering QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3), fused QKV and gate/up
+weights (Phi-3), untied heads and the RoPE scaling variants (Phi-3's longrope on its short
+factors, and on its long ones for a sequence past a small original context). A sliding window
+caps the context at the window.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import torch
 
 from agentrt import Engine, SamplingParams
 
+PHI3 = dict(tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=None)
+SHORT, LONG = [1.0 + 0.25 * i for i in range(8)], [2.0 + 3.0 * i for i in range(8)]  # head_dim/2
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=512, vocab_size=49152)
 
@@ -30,20 +34,34 @@ CASES = {
         rope_scaling={"rope_type": "yarn", "factor": 4.0,
                       "original_max_position_embeddings": 128})),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=32, tie_word_embeddings=False)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", PHI3),
+    "phi3-longrope-short": ("Phi3Config", "Phi3ForCausalLM", dict(  # context <= original
+        PHI3, original_max_position_embeddings=512, rope_scaling={
+            "rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG,
+            "attention_factor": 1.25})),
+    "phi3-longrope-long": ("Phi3Config", "Phi3ForCausalLM", dict(  # 100 tokens > 64
+        PHI3, original_max_position_embeddings=64, rope_scaling={
+            "rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG})),
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_family_matches_hf(case, tmp_path, engine):
+def save(case: str, folder, engine, **config):
+    """A random ``case`` model saved in ``folder`` with the default model's tokenizer."""
     import transformers
 
     config_cls, model_cls, extra = CASES[case]
     torch.manual_seed(0)
-    config = getattr(transformers, config_cls)(**SMALL, **extra)
-    hf = getattr(transformers, model_cls)(config).eval()
-    hf.save_pretrained(tmp_path)
+    hf = getattr(transformers, model_cls)(
+        getattr(transformers, config_cls)(**{**SMALL, **extra, **config})).eval()
+    hf.save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(engine.core.model_path / name, tmp_path / name)
+        shutil.copy(engine.core.model_path / name, folder / name)
+    return hf
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_family_matches_hf(case, tmp_path, engine):
+    hf = save(case, tmp_path, engine)
 
     ids = list(range(100, 400, 3))  # 100 tokens: prefill then greedy decode
     small = Engine(str(tmp_path), dtype="float32", num_blocks=64, max_num_batched_tokens=32)
@@ -58,3 +76,25 @@ def test_family_matches_hf(case, tmp_path, engine):
     assert out.token_ids == ref
     first = out.token_ids[0]
     assert abs(out.logprobs[0][first] - float(logits[first])) < 1e-3
+
+
+def test_a_sliding_window_caps_the_context_at_the_window(tmp_path, engine):
+    """transformers' Phi-3 attends within ``sliding_window`` tokens: the same outputs as whole
+    attention for sequences of up to that many tokens, others past it."""
+    from agentrt.models.config import ModelConfig
+
+    save("phi3", tmp_path, engine, sliding_window=96)
+    assert ModelConfig.from_folder(tmp_path).max_position_embeddings == 96
+    small = Engine(str(tmp_path), dtype="float32", num_blocks=64)
+    try:
+        assert small.max_model_len == 96
+    finally:
+        small.close()
+
+
+def test_partial_rotary_phi3_is_refused_clearly(tmp_path, engine):
+    from agentrt.models.config import UnsupportedModelError
+
+    save("phi3", tmp_path, engine, partial_rotary_factor=0.5)
+    with pytest.raises(UnsupportedModelError, match="partial_rotary_factor=0.5"):
+        Engine(str(tmp_path), dtype="float32", num_blocks=64)

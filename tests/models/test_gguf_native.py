@@ -1,8 +1,9 @@
 """GGUF files run in their own block formats (``quantization="gguf"``, the default for a GGUF).
 
-Each family (Llama, Mistral, Qwen2, Qwen3) is written in each common block format by
+Each family (Llama, Mistral, Qwen2, Qwen3, Phi-3) is written in each common block format by
 ``gguf_models`` (k-quants as random valid blocks), transformers is given the very values the
-file holds, and agentrt's greedy tokens and every step's logprob must match it. Also: mixed
+file holds, and agentrt's greedy tokens and every step's logprob must match it. Also: a
+long-context Phi-3 file's longrope factors, a Phi-3 sliding window capping the context, mixed
 formats in one fused layer (a Q4_K_M file's Q6_K ``attn_v``), a clear refusal of formats the
 kernels do not run, resident memory about the file's size for a file over 100 MB, and the real
 default model, whose Q4_1 layers give the float32 engine's greedy outputs. With
@@ -13,6 +14,7 @@ those of the same model on the integer path's torch twin.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import types
@@ -82,6 +84,31 @@ def check_against_transformers(case: str, formats, tmp_path, **config):
 def test_each_family_in_each_format_matches_transformers(case, fmt, tmp_path):
     extra = dict(head_dim=64) if case == "qwen3" else {}  # o_proj rows of 256 for k-quants
     check_against_transformers(case, qtype(fmt), tmp_path, **extra)
+
+
+def test_a_long_context_phi3_file_runs_on_its_long_rope_factors(tmp_path):
+    """Phi-3.5-style: factor vectors as tensors; 100 tokens past an original context of 64."""
+    from agentrt.models.gguf_file import GGUFFile
+
+    short, long = [1.0 + 0.05 * i for i in range(32)], [1.5 + 0.5 * i for i in range(32)]
+    rope = {"rope_type": "longrope", "short_factor": short, "long_factor": long}
+    model = check_against_transformers("phi3", qtype("Q4_K"), tmp_path, rope_scaling=rope,
+                                       original_max_position_embeddings=64)
+    scaling = GGUFFile(tmp_path / "phi3.gguf").config["rope_scaling"]
+    assert scaling["long_factor"] == pytest.approx(long)
+    assert scaling["attention_factor"] == pytest.approx((1 + math.log(8) / math.log(64)) ** 0.5)
+    assert model.config.rope_scaling["rope_type"] == "longrope"
+
+
+def test_a_phi3_sliding_window_caps_the_context(tmp_path):
+    hf, arch, name = build("phi3", **KQUANT_SIZED, sliding_window=96)
+    path = write_gguf(hf, tmp_path / "phi3.gguf", arch, name, qtype("Q8_0"),
+                      tokenizer=tiny_tokenizer)
+    engine = Engine(str(path), num_blocks=64)
+    try:
+        assert engine.max_model_len == 96
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("fmt", MORE_FORMATS)
