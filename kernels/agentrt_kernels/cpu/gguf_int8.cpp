@@ -48,10 +48,10 @@ struct Acts {           // M rows of K quantized activations
     std::vector<float> s;    // (M, K / 32): d * (sum of q), what a block minimum multiplies
     std::vector<int16_t> bsum;  // (M, K / 16) sums of q (k-quants)
     std::vector<int8_t> kq;     // (K / 256, M, 256): q, block-major, in the AVX-512 k-quant order
-    std::vector<int16_t> ksum;  // (K / 256, M, 16): bsum, block-major
+    std::vector<float> ksum;    // (K / 256, M, 8 or 16): d * sums of q, block-major (block_major)
     std::vector<float> kd;      // (K / 256, M): d, block-major
     int8_t* kq_at;              // where kq and ksum start, at 64-byte boundaries (aligned64)
-    int16_t* ksum_at;
+    float* ksum_at;
     std::vector<int8_t> qg;   // (M, stride): q in the AVX-512 32-value layout (see Grouped)
     std::vector<float> dv;    // (M, vectors, 16): d per lane of that layout
     std::vector<float> sv;    // (M, vectors, 16): each lane's share of d * s
@@ -140,8 +140,9 @@ static T* aligned64(std::vector<T>& v, size_t n) {
 
 // The AVX-512 k-quant kernels' activations: block-major, so the rows of one block lie 256
 // bytes apart (one pointer walks them all), each block's 16-value chunks in the order
-// `chunks` (that of the type's decoded weights: KQuant::CHUNKS).
-static void block_major(Acts& a, int64_t M, int64_t K, const int (&chunks)[16]) {
+// `chunks` (that of the type's decoded weights: KQuant::CHUNKS); `sums` 8: d * the sum of q per
+// 32 values (Q4_K / Q5_K sub-blocks), 16: per 16 values (Q6_K).
+static void block_major(Acts& a, int64_t M, int64_t K, const int (&chunks)[16], int sums) {
     const int64_t blocks = K / 256;
     a.kq_at = aligned64(a.kq, M * K), a.ksum_at = aligned64(a.ksum, M * K / 16);
     a.kd.resize(M * blocks);
@@ -150,7 +151,10 @@ static void block_major(Acts& a, int64_t M, int64_t K, const int (&chunks)[16]) 
             const int64_t from = m * blocks + blk, to = blk * M + m;
             for (int c = 0; c < 16; ++c)
                 memcpy(a.kq_at + to * 256 + 16 * c, &a.q[from * 256 + 16 * chunks[c]], 16);
-            memcpy(a.ksum_at + to * 16, &a.bsum[from * 16], 32);
+            const int16_t* bsum = &a.bsum[from * 16];
+            for (int l = 0; l < sums; ++l)
+                a.ksum_at[to * sums + l] = a.d[from] * (sums == 8 ? bsum[2 * l] + bsum[2 * l + 1]
+                                                                  : bsum[l]);
             a.kd[to] = a.d[from];
         }
 }
@@ -232,7 +236,7 @@ struct GView {
 // The activations of the AVX-512 k-quant kernels (see block_major): M rows.
 struct KView {
     const int8_t* q;
-    const int16_t* sums;
+    const float* sums;
     const float* d;
     int64_t M;
 };
@@ -504,12 +508,12 @@ static inline void load256(const int8_t* x, __m512i v[4]) {
 }
 
 // One k-quant super-block, decoded: its value is d * (the scaled dot product of q, KQuant::dot)
-// + doff * (off . the activation block's 16 sums of q).
+// + (off . the activation block's sums of q, times its d: KQuant::offset).
 struct KBlock {
     __m512i q[4];   // the 256 values, unsigned, in the activations' order (KQuant::CHUNKS)
     __m512i sc[2];  // the scales, as KQuant::dot takes them
-    __m256i off;    // int16 weights of the 16 activation sums (Q4_K / Q5_K: minimums, Q6_K: scales)
-    float d, doff;  // Q4_K / Q5_K: -dmin; Q6_K: -32 d (its values are q - 32)
+    __m512 off;     // weights of the activation sums: Q4_K / Q5_K -dmin * minimum (8 lanes),
+    float d;        // Q6_K -32 d * scale (16: its values are q - 32)
 };
 
 template <int32_t TYPE> struct KQuant;
@@ -522,6 +526,7 @@ template <int32_t TYPE> struct KQuant;
 template <bool FIVE>
 struct KQuant45 {
     static constexpr int64_t BYTES = FIVE ? 176 : 144;
+    static constexpr int SUMS = 8;  // activation sums per block and row (block_major)
     static constexpr int CHUNKS[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
     static constexpr Lanes16x32 IDX = packed_scales({0, 1, 2, 3}, {4, 5, 6, 7});
     // the shift of each 128-bit block: low nibbles, high, low, high
@@ -541,10 +546,10 @@ struct KQuant45 {
     }
 
     static inline void decode(const uint8_t* b, KBlock& k) {
-        k.d = half(b), k.doff = -half(b + 2);
+        k.d = half(b);
         const __m128i s = scales(b + 4);
-        k.off = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-            s, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+        k.off = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(-half(b + 2)),
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(s, 8)))));
         k.sc[0] = _mm512_permutexvar_epi16(IDX.load(), _mm512_castsi256_si512(
             _mm256_cvtepu8_epi16(s)));
         const uint8_t* ql = b + (FIVE ? 48 : 16);
@@ -571,6 +576,11 @@ struct KQuant45 {
         }
     }
 
+    static inline __m512 offset(const KBlock& k, const float* sums, __m512 o) {  // 8 lanes
+        return _mm512_castps256_ps512(_mm256_fmadd_ps(
+            _mm512_castps512_ps256(k.off), _mm256_loadu_ps(sums), _mm512_castps512_ps256(o)));
+    }
+
     static inline __m512i dot(const KBlock& k, const __m512i x[4]) {
         const __m512i zero = _mm512_setzero_si512();
         const __m512i low = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, k.q[0], x[0]), k.q[1],
@@ -587,15 +597,19 @@ template <> struct KQuant<Q5_K> : KQuant45<true> {};
 // 32 with its own two bits of qh[32 h ..]; a scale per 16 values.
 template <> struct KQuant<Q6_K> {
     static constexpr int64_t BYTES = 210;
+    static constexpr int SUMS = 16;
     static constexpr Lanes16x32 IDX[2] = {packed_scales({0, 1, 2, 3}, {4, 5, 6, 7}),
                                           packed_scales({8, 9, 10, 11}, {12, 13, 14, 15})};
     static constexpr Lanes16x32 SHIFT[2] = {halves(0, 2), halves(4, 6)};  // of qh, per half
     static constexpr int CHUNKS[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
     static inline void decode(const uint8_t* b, KBlock& k) {
-        k.d = half(b + 208), k.doff = -32.f * k.d;
-        k.off = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 192)));
-        const __m512i scales = _mm512_castsi256_si512(k.off), three = _mm512_set1_epi8(3);
+        k.d = half(b + 208);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i*)(b + 192));
+        k.off = _mm512_mul_ps(_mm512_set1_ps(-32.f * k.d),
+                              _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)));
+        const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+        const __m512i three = _mm512_set1_epi8(3);
         k.sc[0] = _mm512_permutexvar_epi16(IDX[0].load(), scales);
         k.sc[1] = _mm512_permutexvar_epi16(IDX[1].load(), scales);
         #pragma GCC unroll 2
@@ -610,18 +624,19 @@ template <> struct KQuant<Q6_K> {
     }
 
     static inline __m512i dot(const KBlock& k, const __m512i x[4]) { return dot256(k.q, x, k.sc); }
+    static inline __m512 offset(const KBlock& k, const float* sums, __m512 o) {
+        return _mm512_fmadd_ps(k.off, _mm512_loadu_ps(sums), o);
+    }
 };
 
 // The block's share of one activation row's result: d * dx * (integer dot) into acc,
-// doff * dx * (off . sums) into offset.
+// off * sums (their 16 products: float multiply-adds, not the integer pipe) into offset.
 template <int32_t TYPE>
-static inline void accumulate(const KBlock& k, const __m512i x[4], const int16_t* sums, float dx,
-                              __m512& acc, __m256& offset) {
+static inline void accumulate(const KBlock& k, const __m512i x[4], const float* sums, float dx,
+                              __m512& acc, __m512& offset) {
     const __m512i dot = KQuant<TYPE>::dot(k, x);
     acc = _mm512_fmadd_ps(_mm512_set1_ps(k.d * dx), _mm512_cvtepi32_ps(dot), acc);
-    const __m256i s = _mm256_loadu_si256((const __m256i*)sums);
-    offset = _mm256_fmadd_ps(_mm256_set1_ps(k.doff * dx),
-                             _mm256_cvtepi32_ps(_mm256_madd_epi16(k.off, s)), offset);
+    offset = KQuant<TYPE>::offset(k, sums, offset);
 }
 
 // One weight row against ROWS activation rows from m0: out[i * N].
@@ -629,10 +644,9 @@ template <int32_t TYPE, int ROWS>
 static void rows_k512(const uint8_t* wrow, const KView& a, int64_t m0, int64_t K, float* out,
                       int64_t N) {
     const int64_t blocks = K / 256;
-    __m512 acc[ROWS];
-    __m256 offset[ROWS];
+    __m512 acc[ROWS], offset[ROWS];
     #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i) acc[i] = _mm512_setzero_ps(), offset[i] = _mm256_setzero_ps();
+    for (int i = 0; i < ROWS; ++i) acc[i] = offset[i] = _mm512_setzero_ps();
     KBlock k;
     for (int64_t blk = 0; blk < blocks; ++blk) {
         KQuant<TYPE>::decode(wrow + blk * KQuant<TYPE>::BYTES, k);
@@ -641,11 +655,13 @@ static void rows_k512(const uint8_t* wrow, const KView& a, int64_t m0, int64_t K
         for (int i = 0; i < ROWS; ++i) {
             __m512i x[4];
             load256(a.q + (at + i) * 256, x);
-            accumulate<TYPE>(k, x, a.sums + (at + i) * 16, a.d[at + i], acc[i], offset[i]);
+            accumulate<TYPE>(k, x, a.sums + (at + i) * KQuant<TYPE>::SUMS, a.d[at + i], acc[i],
+                             offset[i]);
         }
     }
     #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; ++i) out[i * N] = _mm512_reduce_add_ps(acc[i]) + hsum(offset[i]);
+    for (int i = 0; i < ROWS; ++i)
+        out[i * N] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], offset[i]));
 }
 
 // NW weight rows (row_bytes apart), one after the other, against the one activation row:
@@ -655,24 +671,25 @@ static void wrows_k512(const uint8_t* w, int64_t row_bytes, const KView& a, int6
                        float* out) {
     static_assert(NW == 4, "the final tree sums 4 rows");
     const int64_t blocks = K / 256;
-    __m512 acc[NW];
-    __m256 offset[NW];
+    __m512 acc[NW], offset[NW];
     KBlock k;
     #pragma GCC unroll 4
     for (int j = 0; j < NW; ++j) {
-        acc[j] = _mm512_setzero_ps(), offset[j] = _mm256_setzero_ps();
+        acc[j] = offset[j] = _mm512_setzero_ps();
         for (int64_t blk = 0; blk < blocks; ++blk) {
             __m512i x[4];
             load256(a.q + blk * 256, x);
             KQuant<TYPE>::decode(w + j * row_bytes + blk * KQuant<TYPE>::BYTES, k);
-            accumulate<TYPE>(k, x, a.sums + blk * 16, a.d[blk], acc[j], offset[j]);
+            accumulate<TYPE>(k, x, a.sums + blk * KQuant<TYPE>::SUMS, a.d[blk], acc[j],
+                             offset[j]);
         }
     }
     __m256 h[NW];
     #pragma GCC unroll 4
-    for (int j = 0; j < NW; ++j)
-        h[j] = _mm256_add_ps(_mm256_add_ps(_mm512_castps512_ps256(acc[j]),
-                                           _mm512_extractf32x8_ps(acc[j], 1)), offset[j]);
+    for (int j = 0; j < NW; ++j) {
+        const __m512 v = _mm512_add_ps(acc[j], offset[j]);
+        h[j] = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    }
     const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
 }
@@ -980,7 +997,8 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
     const bool by_group = isa == 512 && !k_quant;
     quantize(x, M, K, type, a, num_threads, by_group ? &L : nullptr, type == Q8_0);
     if (isa == 512 && k_quant)
-        block_major(a, M, K, type == Q6_K ? KQuant<Q6_K>::CHUNKS : KQuant<Q4_K>::CHUNKS);
+        block_major(a, M, K, type == Q6_K ? KQuant<Q6_K>::CHUNKS : KQuant<Q4_K>::CHUNKS,
+                    type == Q6_K ? KQuant<Q6_K>::SUMS : KQuant<Q4_K>::SUMS);
     const View v = view(a);
     const GView g = {a.qg.data(), a.dv.data(), a.sv.data(), L};
     const KView kv = {a.kq_at, a.ksum_at, a.kd.data(), M};
