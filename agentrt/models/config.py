@@ -99,7 +99,7 @@ class ModelConfig:
             tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
             qkv_bias=bool(getattr(hf, "attention_bias", qkv_bias)) or qkv_bias,
             qk_norm=qk_norm,
-            eos_token_ids=_eos_ids(hf),
+            eos_token_ids=_eos_ids(hf, folder),
         )
 
 
@@ -124,8 +124,17 @@ def _rope_scaling(hf) -> dict[str, Any] | None:
     return scaling
 
 
-def _eos_ids(hf) -> tuple[int, ...]:
-    eos = getattr(hf, "eos_token_id", None)
-    if eos is None:
-        return ()
-    return tuple(eos) if isinstance(eos, list | tuple) else (int(eos),)
+def _eos_ids(hf, folder: Path) -> tuple[int, ...]:
+    """config.json's eos ids and generation_config.json's, as transformers' generate stops on
+    (Phi-3 names its end of turn, ``<|end|>``, only in the latter)."""
+    ids: set[int] = set()
+    sources = [hf]
+    if (folder / "generation_config.json").is_file():
+        from transformers import GenerationConfig
+
+        sources.append(GenerationConfig.from_pretrained(str(folder)))
+    for source in sources:
+        eos = getattr(source, "eos_token_id", None)
+        if eos is not None:
+            ids.update(eos if isinstance(eos, list | tuple) else [int(eos)])
+    return tuple(sorted(ids))

@@ -13,7 +13,8 @@ by their ``general.name``, as transformers does), ``qwen2``, ``qwen3`` and ``phi
 Phi-3.5 and Phi-4 files: Q/K/V rows fused in ``attn_qkv``, gate and up rows in ``ffn_up``, in
 Hugging Face's order, so they are named ``qkv_proj`` / ``gate_up_proj`` as its Phi-3 folders
 are; the long-context files' ``rope_factors_short``/``rope_factors_long`` vectors become the
-config's ``longrope`` parameters).
+config's ``longrope`` parameters; the token that ends a chat turn, the file's
+``eot_token_id`` or else ``<|end|>`` as llama.cpp finds it, stops generation as eos does).
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class GGUFFile:
             )
         self.architecture = arch
         self.config = _config(meta, arch)
+        if arch in _FUSED:
+            self.config["eos_token_id"] = _eos_ids(reader, meta)
         names = _hf_names(gguf, arch, self.config["num_hidden_layers"])
         self.tensors: dict[str, GGUFTensor] = {}
         factors: dict[str, list[float]] = {}
@@ -213,6 +216,17 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
         sliding_window=int(meta.get(f"{arch}.attention.sliding_window") or 0) or None,
     )
     return config
+
+
+def _eos_ids(reader, meta: dict) -> list[int]:
+    """eos and the end of a chat turn: Phi-3's template ends each message with ``<|end|>``,
+    which its files name as ``eot_token_id`` or not at all (llama.cpp then finds it by text)."""
+    ids = [int(meta[f"tokenizer.ggml.{k}_token_id"]) for k in ("eos", "eot", "eom")
+           if f"tokenizer.ggml.{k}_token_id" in meta]
+    if len(ids) < 2 and "tokenizer.ggml.tokens" in reader.fields:
+        tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+        ids += [tokens.index("<|end|>")] if "<|end|>" in tokens else []
+    return sorted(set(ids))
 
 
 def _longrope(meta: dict, arch: str, config: dict[str, Any],

@@ -67,10 +67,11 @@ def default_tokenizer(writer, gguf) -> None:
 
 
 def tiny_tokenizer(writer, gguf) -> None:
-    """A 512-token byte-level BPE (256 bytes, one merge, fillers, eos = 511): converts fast."""
+    """A 512-token byte-level BPE (256 bytes, one merge, Phi-3's ``<|end|>`` = 257, fillers,
+    eos = 511): converts fast."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    tokens = [*bytes_to_unicode().values(), "Ġt", *(f"<extra_{i}>" for i in range(254)),
+    tokens = [*bytes_to_unicode().values(), "Ġt", "<|end|>", *(f"<extra_{i}>" for i in range(253)),
               "<|endoftext|>"]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")

@@ -92,6 +92,17 @@ def test_a_sliding_window_caps_the_context_at_the_window(tmp_path, engine):
         small.close()
 
 
+def test_generation_config_eos_ids_stop_too(tmp_path, engine):
+    """Phi-3 folders name their end of turn (``<|end|>``, 32007) in generation_config.json."""
+    import json
+
+    from agentrt.models.config import ModelConfig
+
+    save("phi3", tmp_path, engine)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 7]}))
+    assert ModelConfig.from_folder(tmp_path).eos_token_ids == (2, 7)
+
+
 def test_partial_rotary_phi3_is_refused_clearly(tmp_path, engine):
     from agentrt.models.config import UnsupportedModelError
 

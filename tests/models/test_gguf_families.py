@@ -1,4 +1,4 @@
-"""GGUF files of the Llama, Mistral, Qwen2 and Qwen3 families, converted to float32
+"""GGUF files of the Llama, Mistral, Qwen2, Qwen3 and Phi-3 families, converted to float32
 (``quantization="none"``), load and match HF transformers (their own block formats:
 test_gguf_native.py).
 
@@ -42,7 +42,7 @@ def test_a_float_gguf_matches_the_model_it_came_from(case, tmp_path):
     assert abs(out.logprobs[0][first] - float(logits[0, first])) < 1e-3
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("case", ["llama", "phi3", "qwen2", "qwen3"])
 def test_a_q8_0_gguf_matches_transformers_reading_the_same_file(case, tmp_path):
     import gguf
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -55,8 +55,9 @@ def test_a_q8_0_gguf_matches_transformers_reading_the_same_file(case, tmp_path):
     missing, _ = hf.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()},
                                     strict=False)
     assert set(missing) <= {"lm_head.weight"}  # tied heads are not in the file
-    assert not torch.equal(hf.model.layers[0].mlp.up_proj.weight, build(case)[0].model.layers[0]
-                           .mlp.up_proj.weight)  # the peer now runs the Q8_0 values
+    down = "model.layers.0.mlp.down_proj.weight"
+    assert not torch.equal(hf.state_dict()[down], build(case)[0].state_dict()[down])  # the peer
+    # now runs the Q8_0 values
     tokens, logits = reference(hf)
     assert out.token_ids == tokens
     first = out.token_ids[0]

@@ -100,13 +100,16 @@ def test_a_long_context_phi3_file_runs_on_its_long_rope_factors(tmp_path):
     assert model.config.rope_scaling["rope_type"] == "longrope"
 
 
-def test_a_phi3_sliding_window_caps_the_context(tmp_path):
+def test_a_phi3_file_s_sliding_window_caps_the_context_and_its_end_token_stops(tmp_path):
+    """``<|end|>`` (Phi-3's end of a chat turn) is found in the vocabulary, as llama.cpp does
+    for files that name no ``eot_token_id``."""
     hf, arch, name = build("phi3", **KQUANT_SIZED, sliding_window=96)
     path = write_gguf(hf, tmp_path / "phi3.gguf", arch, name, qtype("Q8_0"),
                       tokenizer=tiny_tokenizer)
     engine = Engine(str(path), num_blocks=64)
     try:
         assert engine.max_model_len == 96
+        assert {257, 511} <= engine.core.eos_token_ids
     finally:
         engine.close()
 
