@@ -60,7 +60,7 @@ def load_tokenizer(folder: Path):
 def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float32,
                quantization: str = "auto", fused_ops: bool = False,
                device: str | torch.device = "cpu", gguf_activations: str = "auto",
-               max_model_len: int | None = None) -> LoadedModel:
+               ) -> LoadedModel:
     """Locate ``model`` (see :func:`resolve_model`), read its weights and tokenizer.
 
     ``quantization`` names the weights' format: "auto" = "gguf" for a GGUF file in float32 on
@@ -70,9 +70,7 @@ def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float
     :data:`~agentrt.models.linear.LINEARS` names. ``gguf_activations`` is how the block weights
     meet the activations ("auto", "float32" or "int8": see ``EngineConfig.gguf_activations``).
     ``fused_ops`` runs RMSNorm and RoPE as agentrt's C++ ops; the weights are moved to
-    ``device`` as they load. ``max_model_len`` is the longest sequence the engine will run
-    (default: the model's ``max_position_embeddings``): Phi-3's ``longrope`` picks its long
-    or short frequencies by it.
+    ``device`` as they load.
     """
     path, _ = locate(model)
     quantization = resolve_quantization(quantization, path.is_file(), device, dtype)
@@ -91,7 +89,7 @@ def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float
         folder = path if path.is_dir() else gguf_folder(path, weights=True)
         config = ModelConfig.from_folder(folder)  # refuses other architectures, first
         weights = FloatWeights(_read_safetensors(folder), dtype, quantization, device)
-    net = LlamaModel(config, weights, dtype, fused_ops, device, max_model_len)
+    net = LlamaModel(config, weights, dtype, fused_ops, device)
     return LoadedModel(folder, config, net, load_tokenizer(folder), quantization)
 
 

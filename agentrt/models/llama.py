@@ -41,13 +41,11 @@ class LlamaModel:
     """Weights plus the forward pass; attention goes through an :class:`AttentionBackend`."""
 
     def __init__(self, config: ModelConfig, weights: Weights, dtype: torch.dtype,
-                 fused_ops: bool = False, device: str | torch.device = "cpu",
-                 max_model_len: int | None = None):
+                 fused_ops: bool = False, device: str | torch.device = "cpu"):
         """``weights`` decides each layer's form (:class:`~agentrt.models.weights.FloatWeights`
         in ``dtype``, or :class:`~agentrt.models.gguf_weights.GGUFWeights`, a GGUF file's own
-        blocks); activations are ``dtype``. ``max_model_len`` is the longest sequence the
-        engine will run (default: ``max_position_embeddings``): a RoPE variant that depends on
-        it (Phi-3's ``longrope``) is chosen by it."""
+        blocks); activations are ``dtype``. The RoPE tables are built for a context of
+        ``max_position_embeddings`` tokens until :meth:`fit_context` says otherwise."""
         self.config = config
         self.dtype = dtype
         self.device = torch.device(device)
@@ -59,12 +57,18 @@ class LlamaModel:
             self._norm, self._add_norm = ops.rms_norm, ops.add_rms_norm_
             self._rope, self._silu_mul = ops.apply_rope_, ops.silu_mul
         self._init_weights(weights)
-        cos, sin = rope_tables(
-            config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings,
-            max_model_len,
-        )
-        self.cos, self.sin = cos.to(self.device, dtype), sin.to(self.device, dtype)
+        self.fit_context(config.max_position_embeddings)
         self.attn: AttentionBackend | None = None
+
+    def fit_context(self, max_model_len: int) -> None:
+        """Build the RoPE tables for an engine whose longest sequence is ``max_model_len``
+        tokens: a variant that depends on it (Phi-3's ``longrope``: short factors up to its
+        original context, long ones past it) is chosen by it. The engine calls this once it
+        knows its context (after sizing the KV cache), before the first step."""
+        c = self.config
+        cos, sin = rope_tables(c.head_dim, c.rope_theta, c.rope_scaling,
+                               c.max_position_embeddings, max_model_len)
+        self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
 
     def _init_weights(self, w: Weights) -> None:
         c = self.config

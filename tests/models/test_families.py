@@ -78,6 +78,22 @@ def test_family_matches_hf(case, tmp_path, engine):
     assert abs(out.logprobs[0][first] - float(logits[first])) < 1e-3
 
 
+def test_longrope_follows_the_context_the_engine_fits_the_model_to(tmp_path, engine):
+    """Long factors for the whole 512 positions by default, short ones for a 64-token engine
+    (the tables themselves are checked against transformers in test_rope.py)."""
+    from agentrt.models import load_model
+    from agentrt.models.rope import rope_tables
+
+    save("phi3-longrope-long", tmp_path, engine)  # original context 64
+    loaded = load_model(tmp_path)
+    c, model = loaded.config, loaded.model
+    short, _ = rope_tables(c.head_dim, c.rope_theta, c.rope_scaling, 512, 64)
+    long, _ = rope_tables(c.head_dim, c.rope_theta, c.rope_scaling, 512, 512)
+    assert torch.equal(model.cos, long) and not torch.equal(model.cos, short)
+    model.fit_context(64)
+    assert torch.equal(model.cos, short)
+
+
 def test_a_sliding_window_caps_the_context_at_the_window(tmp_path, engine):
     """transformers' Phi-3 attends within ``sliding_window`` tokens: the same outputs as whole
     attention for sequences of up to that many tokens, others past it."""
