@@ -12,6 +12,7 @@ window.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ class ModelConfig:
             rope_theta=_rope_theta(hf),
             rope_scaling=_rope_scaling(hf),
             max_position_embeddings=min(hf.max_position_embeddings,
-                                        getattr(hf, "sliding_window", None) or 2**63),
+                                        _sliding_window(hf, folder) or 2**63),
             tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
             qkv_bias=bool(getattr(hf, "attention_bias", qkv_bias)) or qkv_bias,
             qk_norm=qk_norm,
@@ -122,6 +123,14 @@ def _rope_scaling(hf) -> dict[str, Any] | None:
         old_len = scaling["original_max_position_embeddings"]  # the sliding-window cap
         scaling["factor"] = hf.max_position_embeddings / old_len
     return scaling
+
+
+def _sliding_window(hf, folder: Path) -> int | None:
+    """The window transformers attends within, where config.json sets one. NOTE: a Mistral
+    class default does not count: a GGUF file's config.json written before agentrt recorded
+    ``sliding_window`` has none, and llama.cpp runs such files without a window."""
+    raw = json.loads((folder / "config.json").read_text())
+    return getattr(hf, "sliding_window", None) if raw.get("sliding_window") else None
 
 
 def _eos_ids(hf, folder: Path) -> tuple[int, ...]:

@@ -125,3 +125,20 @@ def test_partial_rotary_phi3_is_refused_clearly(tmp_path, engine):
     save("phi3", tmp_path, engine, partial_rotary_factor=0.5)
     with pytest.raises(UnsupportedModelError, match="partial_rotary_factor=0.5"):
         Engine(str(tmp_path), dtype="float32", num_blocks=64)
+
+
+@pytest.mark.parametrize("arch, extra, want", [
+    ("MistralForCausalLM", {}, 32768),  # a class default (old GGUF conversions): no window
+    ("MistralForCausalLM", dict(sliding_window=4096), 4096),
+    ("Qwen2ForCausalLM", dict(sliding_window=4096, use_sliding_window=False), 32768),
+])
+def test_only_a_window_transformers_applies_and_config_json_sets_caps(tmp_path, arch, extra,
+                                                                      want):
+    import json
+
+    from agentrt.models.config import ModelConfig
+
+    config = {**SMALL, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, **extra,
+              "architectures": [arch], "model_type": arch.removesuffix("ForCausalLM").lower()}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert ModelConfig.from_folder(tmp_path).max_position_embeddings == want
