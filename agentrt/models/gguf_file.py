@@ -9,8 +9,8 @@ llama.cpp's interleaving of Q/K rows on the way, so a model kept in the file's o
 takes about the file's size in memory and no file pages stay mapped.
 
 Architectures (``general.architecture``): ``llama`` (Mistral files are ``llama`` too, told apart
-by their ``general.name``, as transformers does), ``qwen2``, ``qwen3`` and ``phi3`` (Phi-3,
-Phi-3.5 and Phi-4 files: Q/K/V rows fused in ``attn_qkv``, gate and up rows in ``ffn_up``, in
+by their ``general.name``, as transformers does), ``qwen2``, ``qwen3`` and ``phi3`` (Phi-3 and
+Phi-3.5 files: Q/K/V rows fused in ``attn_qkv``, gate and up rows in ``ffn_up``, in
 Hugging Face's order, so they are named ``qkv_proj`` / ``gate_up_proj`` as its Phi-3 folders
 are; the long-context files' ``rope_factors_short``/``rope_factors_long`` vectors become the
 config's ``longrope`` parameters; the token that ends a chat turn, the file's
