@@ -107,6 +107,7 @@ class LLMEngine:
         self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)
+        self.model.fit_context(self.max_model_len)  # RoPE tables for this context (longrope)
         self.outputs = OutputProcessor(self.tokenizer, self.eos_token_ids, self.max_model_len)
 
     def _init_scheduling(self) -> None:

@@ -92,6 +92,13 @@ def test_longrope_follows_the_context_the_engine_fits_the_model_to(tmp_path, eng
     assert torch.equal(model.cos, long) and not torch.equal(model.cos, short)
     model.fit_context(64)
     assert torch.equal(model.cos, short)
+    for max_model_len, table in ((64, short), (None, long)):  # the engine fits it to its context
+        small = Engine(str(tmp_path), dtype="float32", num_blocks=64, max_model_len=max_model_len)
+        try:
+            assert small.max_model_len == (max_model_len or 512)
+            assert torch.equal(small.core.model.cos, table)
+        finally:
+            small.close()
 
 
 def test_a_sliding_window_caps_the_context_at_the_window(tmp_path, engine):
