@@ -1,4 +1,5 @@
-// Linear layers on GGUF's own block formats, integer path (AVX2), as llama.cpp computes them.
+// Linear layers on GGUF's own block formats, integer path (AVX2; AVX-512 VNNI), as llama.cpp
+// computes them.
 //
 // The activations are quantized to 8 bits first, the way ggml does for its CPU dot products:
 //   - against 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), per 32 values (ggml's Q8_0, as
@@ -8,10 +9,12 @@
 //   - against the k-quants (Q4_K, Q5_K, Q6_K), per 256 values (ggml's Q8_K): with xm the value of
 //     largest magnitude, s = -127 / xm, q = min(127, round(s * x)), d = 1 / s;
 // rounding half to even. Each weight block then meets its activation block in integer dot
-// products (maddubs: u8 x s8 pairs into int16, madd: with the block's scales into int32), and one
-// float multiply-add per block applies d_w * d_x. The result equals `(q_x * d_x) @ W.T` -- W the
+// products (AVX2: maddubs, u8 x s8 pairs into int16, then madd with the block's scales into
+// int32; AVX-512 VNNI: dpbusd, then dpwssd for the k-quants' sub-block scales), and one float
+// multiply-add per block applies d_w * d_x. The result equals `(q_x * d_x) @ W.T` -- W the
 // exact dequantized weight; Q4_1 / Q5_1: their minimums times s -- up to float32 rounding and
-// summation order; the Python twin computes exactly that. Output rows are split across OpenMP threads (torch's libgomp).
+// summation order; the Python twin computes exactly that. Output rows are split across OpenMP
+// threads (torch's libgomp).
 //
 // Each weight block is decoded once per call and meets every activation row of the batch (up
 // to 8 per pass) while it sits in registers; with AVX-512 VNNI the 32-value formats decode 8
@@ -102,7 +105,8 @@ static void quantize32(const float* x, int64_t K, int8_t* q, float* d, float* s,
         int32_t sums[2];
         round32(x, amax != 0.f ? 127.f / amax : 0.f, q, sums);
         d[b] = to_f16(scale);
-        s[b] = q8_1 ? to_f16(scale * (float)(sums[0] + sums[1])) : d[b] * (float)(sums[0] + sums[1]);
+        const float total = (float)(sums[0] + sums[1]);
+        s[b] = q8_1 ? to_f16(scale * total) : d[b] * total;
     }
 }
 
@@ -189,11 +193,13 @@ static void group_row(const int8_t* q, const float* d, const float* s, const Gro
             memcpy(out + at, &u, 8);
         }
         const float share = s[b] / (float)lanes;
-        for (int l = 0; l < lanes; ++l) dv[16 * v + first + l] = d[b], sv[16 * v + first + l] = share;
+        for (int l = 0; l < lanes; ++l)
+            dv[16 * v + first + l] = d[b], sv[16 * v + first + l] = share;
     }
     if (L.tail % 2) {
         memset(out + L.stride - 32, 0, 32);
-        for (int l = 8; l < 16; ++l) dv[16 * (L.vectors - 1) + l] = sv[16 * (L.vectors - 1) + l] = 0.f;
+        for (int l = 8; l < 16; ++l)
+            dv[16 * (L.vectors - 1) + l] = sv[16 * (L.vectors - 1) + l] = 0.f;
     }
 }
 
@@ -383,13 +389,15 @@ static void row_k45(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, f
             __m256i lo = nibbles_lo(bytes), hi = nibbles_hi(bytes);
             if (FIVE) {
                 const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * j)));
-                const __m256i b1 = _mm256_set1_epi8((char)(2 << (2 * j))), top = _mm256_set1_epi8(16);
+                const __m256i b1 = _mm256_set1_epi8((char)(2 << (2 * j)));
+                const __m256i top = _mm256_set1_epi8(16);
                 lo = _mm256_or_si256(lo, _mm256_and_si256(
                     _mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), top));
                 hi = _mm256_or_si256(hi, _mm256_and_si256(
                     _mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), top));
             }
-            const __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+            const __m256i s_lo = _mm256_set1_epi16(sc[2 * j]);
+            const __m256i s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
             for (int i = 0; i < ROWS; ++i) {
                 const int8_t* x = &a.q[(m0 + i) * K + blk * 256 + 64 * j];
                 sum[i] = _mm256_add_epi32(sum[i], dot_u8(lo, load32(x), s_lo));
@@ -401,7 +409,8 @@ static void row_k45(const uint8_t* wrow, const View& a, int64_t m0, int64_t K, f
             const int16_t* bs = &a.bsum[at * 16];
             int32_t mins = 0;
             for (int s = 0; s < 8; ++s) mins += mn[s] * (bs[2 * s] + bs[2 * s + 1]);
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[at]), _mm256_cvtepi32_ps(sum[i]), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[at]), _mm256_cvtepi32_ps(sum[i]),
+                                     acc[i]);
             offset[i] -= dmin * a.d[at] * (float)mins;
         }
     }
