@@ -287,38 +287,66 @@ template <> struct V512<Blocks<BlockQ8_0>> {
     }
 };
 
+// The 4-bit formats by lookup: a block's (sub-block's) 16 possible weights, computed with the
+// scalar form's float32 operations, fill one vector, and each nibble picks its weight from it
+// (vpermps reads the low 4 bits of an index: a byte widened to 32 bits as is gives its low
+// nibble's weight, shifted right by 4 its high nibble's).
+static inline __m512 iota16() {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// emit(at, ...) the weights of the low nibbles of 16 bytes at q, emit(at + step, ...) the high.
+template <class E>
+static inline void nibbles_lut(const uint8_t* q, __m512 lut_low, __m512 lut_high, int at,
+                               int step, E& emit) {
+    const __m512i v = _mm512_cvtepu8_epi32(load16(q));
+    emit(at, _mm512_permutexvar_ps(v, lut_low));
+    emit(at + step, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut_high));
+}
+
 template <> struct V512<Blocks<BlockQ4_0>> {
     template <class E> static inline void block(const uint8_t* b, E& emit) {
-        const __m512 d = _mm512_set1_ps(half(b));
-        const __m128i qs = load16(b + 2), eight = _mm_set1_epi8(8);
-        emit(0, _mm512_mul_ps(i8_ps(_mm_sub_epi8(low4(qs), eight)), d));
-        emit(16, _mm512_mul_ps(i8_ps(_mm_sub_epi8(high4(qs), eight)), d));
+        const __m512 lut = _mm512_mul_ps(_mm512_sub_ps(iota16(), _mm512_set1_ps(8.f)),
+                                         _mm512_set1_ps(half(b)));  // (q - 8) * d
+        nibbles_lut(b + 2, lut, lut, 0, 16, emit);
     }
 };
 
 template <> struct V512<Blocks<BlockQ4_1>> {
     template <class E> static inline void block(const uint8_t* b, E& emit) {
-        const __m512 d = _mm512_set1_ps(half(b)), m = _mm512_set1_ps(half(b + 2));
-        const __m128i qs = load16(b + 4);
-        emit(0, _mm512_add_ps(_mm512_mul_ps(i8_ps(low4(qs)), d), m));
-        emit(16, _mm512_add_ps(_mm512_mul_ps(i8_ps(high4(qs)), d), m));
+        const __m512 lut = _mm512_add_ps(_mm512_mul_ps(iota16(), _mm512_set1_ps(half(b))),
+                                         _mm512_set1_ps(half(b + 2)));  // q * d + m
+        nibbles_lut(b + 4, lut, lut, 0, 16, emit);
     }
 };
 
-// Q5_0 / Q5_1: bit j of qh is the fifth bit of value j.
+// The 5-bit formats the same way from 32 possible weights in two vectors (vpermt2ps reads 5
+// bits): a nibble's index, with 16 added where its fifth bit is set (`top`).
+template <class E>
+static inline void fives_lut(const uint8_t* q, __mmask16 top_low, __mmask16 top_high,
+                             const __m512 lut_low[2], const __m512 lut_high[2], int at, int step,
+                             E& emit) {
+    const __m512i v = _mm512_cvtepu8_epi32(load16(q)), sixteen = _mm512_set1_epi32(16);
+    const __m512i low = _mm512_and_si512(v, _mm512_set1_epi32(15)), high = _mm512_srli_epi32(v, 4);
+    emit(at, _mm512_permutex2var_ps(lut_low[0], _mm512_mask_or_epi32(low, top_low, low, sixteen),
+                                    lut_low[1]));
+    emit(at + step, _mm512_permutex2var_ps(
+        lut_high[0], _mm512_mask_or_epi32(high, top_high, high, sixteen), lut_high[1]));
+}
+
+// Q5_0 / Q5_1: bit j of qh is the fifth bit of value j; weights (q - 16) * d or q * d + m.
 template <bool MIN, class E>
 static inline void q5_block(float dq, float mq, const uint8_t* b, E& emit) {
     uint32_t qh;
     memcpy(&qh, b, 4);
-    const __m128i qs = load16(b + 4);
-    const __m512i sixteen = _mm512_set1_epi32(16);
     const __m512 d = _mm512_set1_ps(dq), m = _mm512_set1_ps(mq);
-    __m512i q[2] = {_mm512_cvtepu8_epi32(low4(qs)), _mm512_cvtepu8_epi32(high4(qs))};
-    for (int h = 0; h < 2; ++h) {
-        q[h] = _mm512_mask_add_epi32(q[h], (__mmask16)(qh >> (16 * h)), q[h], sixteen);
-        if (MIN) emit(16 * h, _mm512_add_ps(_mm512_mul_ps(i32_ps(q[h]), d), m));
-        else emit(16 * h, _mm512_mul_ps(i32_ps(_mm512_sub_epi32(q[h], sixteen)), d));
+    __m512 lut[2];
+    for (int t = 0; t < 2; ++t) {
+        const __m512 q = _mm512_add_ps(iota16(), _mm512_set1_ps(16.f * (float)t));
+        lut[t] = MIN ? _mm512_add_ps(_mm512_mul_ps(q, d), m)
+                     : _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(16.f)), d);
     }
+    fives_lut(b + 4, (__mmask16)qh, (__mmask16)(qh >> 16), lut, lut, 0, 16, emit);
 }
 
 template <> struct V512<Blocks<BlockQ5_0>> {
@@ -333,24 +361,34 @@ template <> struct V512<Blocks<BlockQ5_1>> {
     }
 };
 
-// Q4_K / Q5_K: sub-block s (32 values) = d * sc[s] * q - dmin * m[s].
+// Q4_K / Q5_K: sub-block s (32 values) = d * sc[s] * q - dmin * m[s]; the pair 2j, 2j + 1 is
+// the low and high nibbles of bytes 32 j ... (Q5_K: the fifth bit of value l of sub-block s is
+// bit s of qh[l]). By lookup (nibbles_lut, fives_lut), each pair's weights in the order
+// 64 j + (0, 32, 16, 48): every accumulator of rows512 meets its weights in the order of the
+// sub-blocks, as before the lookups (the sums are bit for bit the same).
 template <bool FIVE, class E>
 static inline void k_block(const uint8_t* b, E& emit) {
     const float d = half(b), dmin = half(b + 2);
     const uint8_t* ql = b + (FIVE ? 48 : 16);
     const __m128i qh[2] = {load16(b + 16), load16(b + 32)};
-    for (int s = 0; s < 8; ++s) {
-        int sc, mn;
-        scale_min_k4(s, b + 4, &sc, &mn);
-        const __m512 ds = _mm512_set1_ps(d * (float)sc), ms = _mm512_set1_ps(dmin * (float)mn);
+    for (int j = 0; j < 4; ++j) {
+        __m512 lut[2][2];  // [sub-block 2j + t][q < 16, q >= 16]
+        for (int t = 0; t < 2; ++t) {
+            int sc, mn;
+            scale_min_k4(2 * j + t, b + 4, &sc, &mn);
+            const __m512 ds = _mm512_set1_ps(d * (float)sc), ms = _mm512_set1_ps(dmin * (float)mn);
+            for (int u = 0; u < (FIVE ? 2 : 1); ++u)
+                lut[t][u] = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_add_ps(
+                    iota16(), _mm512_set1_ps(16.f * (float)u))), ms);
+        }
         for (int h = 0; h < 2; ++h) {
-            const __m128i bytes = load16(ql + 32 * (s / 2) + 16 * h);
-            __m512i q = _mm512_cvtepu8_epi32(s % 2 ? high4(bytes) : low4(bytes));
-            if (FIVE) {
-                const __mmask16 top = _mm_test_epi8_mask(qh[h], _mm_set1_epi8((char)(1 << s)));
-                q = _mm512_mask_add_epi32(q, top, q, _mm512_set1_epi32(16));
-            }
-            emit(32 * s + 16 * h, _mm512_sub_ps(_mm512_mul_ps(ds, i32_ps(q)), ms));
+            const uint8_t* q = ql + 32 * j + 16 * h;
+            if (FIVE)
+                fives_lut(q, _mm_test_epi8_mask(qh[h], _mm_set1_epi8((char)(1 << (2 * j)))),
+                          _mm_test_epi8_mask(qh[h], _mm_set1_epi8((char)(2 << (2 * j)))),
+                          lut[0], lut[1], 64 * j + 16 * h, 32, emit);
+            else
+                nibbles_lut(q, lut[0][0], lut[1][0], 64 * j + 16 * h, 32, emit);
         }
     }
 }
