@@ -7,8 +7,10 @@
 // 256; F16, BF16, F32 one value each). Each thread dequantizes one weight row at a time into a
 // float buffer -- the same float32 operations in the same order as ggml and gguf-py's
 // reference (d * sc, then * q, then - dmin * m: no FMA, the file is built -ffp-contract=off)
-// -- and multiplies it into up to 8 (AVX-512) or 4 (AVX2) activation rows per pass. The
-// result therefore differs from `x @ dequantize(w).T` only by the float32 summation order.
+// -- and multiplies it into up to 8 (AVX-512) or 4 (AVX2) activation rows per pass; AVX-512
+// decodes each block straight into registers, the 4- and 5-bit formats by lookup in a vector
+// of the block's 16 (32) possible weights, computed with those same operations. The result
+// therefore differs from `x @ dequantize(w).T` only by the float32 summation order.
 // Output rows are split across OpenMP threads (the libgomp torch loaded: one pool).
 //
 // `agentrt_gguf_dequantize` writes whole float rows (all of them, a contiguous range, or an
