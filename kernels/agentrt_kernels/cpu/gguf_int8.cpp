@@ -58,6 +58,9 @@ struct Acts {           // M rows of K quantized activations
     std::vector<int8_t> qg;   // (M, stride): q in the AVX-512 32-value layout (see Grouped)
     std::vector<float> dv;    // (M, vectors, 16): d per lane of that layout
     std::vector<float> sv;    // (M, vectors, 16): each lane's share of d * s
+    int8_t* qg_at;            // where qg, dv and sv start, at 64-byte boundaries (aligned64)
+    float* dv_at;
+    float* sv_at;
 };
 
 static inline float hmax8(__m256 v) {
@@ -212,14 +215,19 @@ static void quantize(const float* x, int64_t M, int64_t K, int32_t type, Acts& a
     a.d.resize(M * K / (k_quant ? 256 : 32));
     a.s.resize(k_quant ? 0 : M * K / 32);
     a.bsum.resize(k_quant ? M * K / 16 : 0);
-    if (L) a.qg.resize(M * L->stride), a.dv.resize(M * L->vectors * 16), a.sv.resize(a.dv.size());
+    if (L) {
+        a.qg_at = aligned64(a.qg, M * L->stride);
+        a.dv_at = aligned64(a.dv, M * L->vectors * 16);
+        a.sv_at = aligned64(a.sv, M * L->vectors * 16);
+    }
     #pragma omp parallel for num_threads(num_threads) schedule(static) if (M > 1)
     for (int64_t m = 0; m < M; ++m) {
         if (k_quant) quantize256(x + m * K, K, &a.q[m * K], &a.d[m * K / 256], &a.bsum[m * K / 16]);
         else quantize32(x + m * K, K, &a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32], q8_1);
         if (L)
             group_row(&a.q[m * K], &a.d[m * K / 32], &a.s[m * K / 32], *L, flip,
-                      &a.qg[m * L->stride], &a.dv[m * L->vectors * 16], &a.sv[m * L->vectors * 16]);
+                      a.qg_at + m * L->stride, a.dv_at + m * L->vectors * 16,
+                      a.sv_at + m * L->vectors * 16);
     }
 }
 
@@ -1009,7 +1017,7 @@ extern "C" int32_t agentrt_gguf_int8_linear(int32_t type, const uint8_t* w, int6
         block_major(a, M, K, type == Q6_K ? KQuant<Q6_K>::CHUNKS : KQuant<Q4_K>::CHUNKS,
                     type == Q6_K ? KQuant<Q6_K>::SUMS : KQuant<Q4_K>::SUMS);
     const View v = view(a);
-    const GView g = {a.qg.data(), a.dv.data(), a.sv.data(), L};
+    const GView g = {a.qg_at, a.dv_at, a.sv_at, L};
     const KView kv = {a.kq_at, a.ksum_at, a.kd.data(), M};
     if (isa == 512) {
         switch (type) {
