@@ -62,9 +62,10 @@ class LlamaModel:
 
     def fit_context(self, max_model_len: int) -> None:
         """Build the RoPE tables for an engine whose longest sequence is ``max_model_len``
-        tokens: a variant that depends on it (Phi-3's ``longrope``: short factors up to its
-        original context, long ones past it) is chosen by it. The engine calls this once it
-        knows its context (after sizing the KV cache), before the first step."""
+        tokens: one row per position it can use (a 128k-context model in a short engine keeps
+        short tables), and a variant that depends on it (Phi-3's ``longrope``: short factors
+        up to its original context, long ones past it) is chosen by it. The engine calls this
+        once it knows its context (after sizing the KV cache), before the first step."""
         c = self.config
         cos, sin = rope_tables(c.head_dim, c.rope_theta, c.rope_scaling,
                                c.max_position_embeddings, max_model_len)

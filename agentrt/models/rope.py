@@ -100,9 +100,10 @@ def rope_tables(
     head_dim: int, theta: float, scaling: dict[str, Any] | None, max_pos: int,
     context_len: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables of shape (max_pos, head_dim), float32. ``context_len`` is the longest
-    sequence the engine runs (its ``max_model_len``; ``max_pos`` when not given): the variants
-    that depend on it (``longrope``) pick their frequencies by it."""
+    """cos and sin tables of shape (context_len, head_dim), float32. ``context_len`` is the
+    longest sequence the engine runs (its ``max_model_len``; ``max_pos`` when not given): the
+    tables cover its positions, and the variants that depend on it (``longrope``) pick their
+    frequencies by it."""
     kind = (scaling or {}).get("rope_type", "default")
     if kind not in ROPE_VARIANTS:
         raise NotImplementedError(
@@ -112,7 +113,7 @@ def rope_tables(
     inv_freq = 1.0 / (theta**exponents)
     inv_freq, mscale = ROPE_VARIANTS[kind](inv_freq, scaling or {}, max_pos, theta,
                                            context_len or max_pos)
-    positions = torch.arange(max_pos, dtype=torch.float32)
+    positions = torch.arange(context_len or max_pos, dtype=torch.float32)
     freqs = positions[:, None] * inv_freq[None, :]  # (P, D/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
     return emb.cos() * mscale, emb.sin() * mscale
