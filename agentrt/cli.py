@@ -158,7 +158,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     engine_options = {} if args.backend != "local" else dict(
         device=args.device, dtype=args.dtype, quantization=args.quantization,
-        gguf_activations=args.gguf_activations, max_num_seqs=args.max_batch, kv_cache_gb=args.kv_cache_gb)
+        gguf_activations=args.gguf_activations, max_num_seqs=args.max_batch,
+        kv_cache_gb=args.kv_cache_gb)
     try:
         serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
               log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,

@@ -90,7 +90,8 @@ class DecodeStep:
         self._keep: list[object] = []
         descs = (_Layer * len(layers))()
         for desc, layer in zip(descs, layers, strict=True):
-            desc.input_norm, desc.post_norm = self._ptr(layer.input_norm), self._ptr(layer.post_norm)
+            desc.input_norm = self._ptr(layer.input_norm)
+            desc.post_norm = self._ptr(layer.post_norm)
             desc.q_norm, desc.k_norm = self._ptr(layer.q_norm), self._ptr(layer.k_norm)
             for name in ("qkv", "o", "gate_up", "down"):
                 setattr(desc, name, self._linear(getattr(layer, name)))
