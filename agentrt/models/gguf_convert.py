@@ -23,18 +23,23 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, weights: bool = True) -> Pat
     """Write a Hugging Face folder for ``gguf_path`` into ``out_dir`` and return it: config.json,
     the tokenizer and, with ``weights``, float32 ``model.safetensors``.
 
-    Raises :class:`~agentrt.models.config.UnsupportedModelError` for other architectures.
-    Writes into a temporary sibling folder first and renames it at the end, so an interrupted
+    Raises :class:`~agentrt.models.config.UnsupportedModelError` for other architectures and
+    ``ValueError`` naming the file for a broken one (its tokenizer included). Writes into a
+    temporary sibling folder first and renames it at the end, so an interrupted or refused
     conversion never leaves a half-written cache entry behind.
     """
     file = GGUFFile(gguf_path)
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if weights:
-        _save_weights(file, tmp)
-    (tmp / "config.json").write_text(json.dumps(file.config, indent=2))
-    _save_tokenizer(gguf_path, tmp)
+    try:
+        _save_tokenizer(gguf_path, tmp)  # first: the part most likely to refuse a file
+        if weights:
+            _save_weights(file, tmp)
+        (tmp / "config.json").write_text(json.dumps(file.config, indent=2))
+    except BaseException:  # a refused or interrupted conversion leaves nothing behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return out_dir
@@ -54,5 +59,9 @@ def _save_weights(file: GGUFFile, out: Path) -> None:
 def _save_tokenizer(gguf_path: Path, out: Path) -> None:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad vocabulary
+        raise ValueError(f"{gguf_path}: the GGUF file's tokenizer cannot be read "
+                         f"({type(exc).__name__}: {exc})") from None
     tok.save_pretrained(str(out))

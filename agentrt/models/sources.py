@@ -128,6 +128,8 @@ def _find_path(spec: str, misses: list[_Miss]) -> Path | None:
         return path
     if path.is_dir():
         if not (path / "config.json").is_file():
+            if path.suffix == ".gguf":
+                raise ModelNotFoundError(f"{path} is a folder, not a .gguf file")
             raise ModelNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
         return path
     misses.append(_Miss(f"path {path.resolve()}", "no such file or folder"))
@@ -287,10 +289,12 @@ def _folder_info(path: Path) -> tuple[str | None, str | None]:
 
 def _gguf_info(path: Path) -> tuple[str | None, str | None]:
     """``general.architecture`` and the file type, read from the header (tensors stay mapped)."""
-    try:
-        from gguf import GGUFReader, LlamaFileType
+    from gguf import LlamaFileType
 
-        reader = GGUFReader(str(path))
+    from agentrt.models.gguf_file import read_header
+
+    try:
+        reader = read_header(path)  # bounds-checked first: a hostile header cannot hang it
     except Exception:  # not a GGUF (or a broken one): listed without details
         return None, None
     fields = reader.fields
