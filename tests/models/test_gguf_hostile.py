@@ -1,7 +1,8 @@
 """GGUF files as a careless user or an attacker hands them over: each is opened the way users
 do (``LLMEngine(EngineConfig(model=path))``) and must end in a ``ValueError`` (agentrt's
-``UnsupportedModelError`` is one) whose message names the file and what is wrong -- never a
-crash, never a hang -- and a good file must still load in the same process afterwards.
+``UnsupportedModelError`` is one; a folder named like a file is a ``ModelNotFoundError``)
+whose message names the file and what is wrong -- never a crash, never a hang -- leaving
+nothing in the cache, and a good file must still load in the same process afterwards.
 
 The cases: not a GGUF at all (empty, text, random bytes, a folder named ``x.gguf``, another
 version); a file cut short in its header, metadata, tensor list or tensor data, or whose
@@ -13,7 +14,8 @@ whole blocks, a format the kernels do not run (named), a type id no one knows; a
 metadata (head counts 0 or not dividing, context 0 or 2**40, layer count 2**31, a vocabulary
 that disagrees with the embedding, negative or non-finite RoPE base, negative norm epsilon,
 unknown ``general.architecture``, a number stored as text); a tokenizer missing or
-inconsistent (more tokens than embedding rows, eos naming no token, an unknown model).
+inconsistent (more tokens than embedding rows, eos naming no token or stored as text, token
+types not one per token, a merge of tokens it does not have, an unknown tokenizer model).
 
 All cases run in one subprocess (``_main``), one after another, each reported as one JSON
 line before the next starts: a segfault or a hang fails the cases it did not reach, and
@@ -231,6 +233,8 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "bos_as_text": (lambda p: write(p, tokenizer=_bos_as_text), "bos_token_id = 'one'"),
     "token_types_short": (lambda p: write(p, tokenizer=_with_tokens(token_type=[1] * 10)),
                           "tokenizer.ggml.token_type has 10 entries for 512 tokens"),
+    "merge_of_unknown_tokens": (lambda p: write(p, tokenizer=_with_tokens(merges=["zz qq"])),
+                                "tokenizer cannot be read"),
     "tokenizer_model_unknown": (lambda p: write(p, tokenizer=_with_tokens(model="nonsense")),
                                 "tokenizer cannot be read"),
 }
