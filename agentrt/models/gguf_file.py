@@ -15,6 +15,10 @@ Hugging Face's order, so they are named ``qkv_proj`` / ``gate_up_proj`` as its P
 are; the long-context files' ``rope_factors_short``/``rope_factors_long`` vectors become the
 config's ``longrope`` parameters; the token that ends a chat turn, the file's
 ``eot_token_id`` or else ``<|end|>`` as llama.cpp finds it, stops generation as eos does).
+Llama 3.1+ files carry ``rope_freqs``: llama.cpp's converter folds the ``llama3`` RoPE scaling
+into one factor per frequency, and llama.cpp divides each frequency by its factor at every
+position; that is transformers' ``longrope`` with the vector as both its short and long
+factors and no attention scaling, which the config then names.
 
 NOTE: a file is checked before any of it reaches the C kernels, which read weight bytes through
 raw pointers: :func:`read_header` walks the header with bounds checks (the ``gguf`` reader would
@@ -39,7 +43,7 @@ import torch
 from agentrt.models.config import UnsupportedModelError
 
 if TYPE_CHECKING:
-    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 
 __all__ = ["GGUF_ARCHITECTURES", "GGUFFile", "GGUFTensor", "read_header"]
 
@@ -52,8 +56,11 @@ GGUF_ARCHITECTURES: dict[str, str] = {
 }
 _INTERLEAVED_QK = frozenset({"llama"})  # llama.cpp interleaves rotary halves of Q/K rows here
 _FUSED = frozenset({"phi3"})  # one tensor for Q/K/V rows, one for gate/up rows
-_ROPE_FACTORS = {"rope_factors_short.weight": "short_factor",
-                 "rope_factors_long.weight": "long_factor"}
+_ROPE_FACTORS = {  # per architecture: RoPE factor vectors (F32 tensors) -> their name here
+    "llama": {"rope_freqs.weight": "freq_factors"},
+    "phi3": {"rope_factors_short.weight": "short_factor",
+             "rope_factors_long.weight": "long_factor"},
+}
 _FLOAT_TYPES = {"F32": 4, "F16": 2, "BF16": 2}  # element-wise types: a 1-D tensor's rows
 _MAX_CONTEXT = 1 << 24  # 16M positions: above any released model's context
 _MAX_SIZE = 1 << 20  # hidden, intermediate, head sizes: far above any Llama-family model's
@@ -150,9 +157,11 @@ class GGUFFile:
         names = _hf_names(gguf, arch, self.config["num_hidden_layers"])
         self.tensors: dict[str, GGUFTensor] = {}
         factors: dict[str, list[float]] = {}
+        factor_names = _ROPE_FACTORS.get(arch, {})
         for t in reader.tensors:
-            if t.name in _ROPE_FACTORS:
-                factors[_ROPE_FACTORS[t.name]] = [float(x) for x in t.data.reshape(-1)]
+            if t.name in factor_names:
+                factors[factor_names[t.name]] = _factor_vector(self.path, t,
+                                                               self.config["head_dim"])
                 continue
             if t.name not in names:
                 raise UnsupportedModelError(
@@ -166,7 +175,7 @@ class GGUFFile:
             )
         if factors:
             try:
-                self.config["rope_scaling"] = _longrope(meta, arch, self.config, factors)
+                self.config["rope_scaling"] = _rope_scaling(meta, arch, self.config, factors)
             except ValueError as exc:
                 raise type(exc)(f"{self.path.name}: {exc}") from None
         if "lm_head.weight" not in self.tensors:
@@ -483,6 +492,46 @@ def _eos_ids(reader, meta: dict) -> list[int]:
     return sorted(set(ids))
 
 
+def _factor_vector(path: Path, t: ReaderTensor, head_dim: int) -> list[float]:
+    """A RoPE factor vector's values: F32, one per rotated pair of a head, each finite and
+    positive (each frequency is divided by its factor)."""
+    from gguf import GGMLQuantizationType
+
+    qtype = GGMLQuantizationType(t.tensor_type)
+    dims = [int(d) for d in t.shape]
+    if qtype != GGMLQuantizationType.F32 or len(dims) != 1:
+        raise ValueError(f"{path}: RoPE factor tensor {t.name!r} is a {qtype.name} tensor of "
+                         f"shape {dims[::-1]}; llama.cpp reads an F32 vector")
+    if dims[0] != head_dim // 2:
+        raise ValueError(f"{path}: RoPE factor tensor {t.name!r} has {dims[0]} values; a head "
+                         f"of {head_dim} needs {head_dim // 2} (one per rotated pair)")
+    values = [float(x) for x in t.data.reshape(-1)]
+    bad = next((i for i, v in enumerate(values) if not (math.isfinite(v) and v > 0)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: RoPE factor tensor {t.name!r} holds {values[bad]} at "
+                         f"{bad} (each frequency is divided by its factor: finite, above 0)")
+    return values
+
+
+def _rope_scaling(meta: dict, arch: str, config: dict[str, Any],
+                  factors: dict[str, list[float]]) -> dict[str, Any]:
+    """The rope_scaling that the file's RoPE factor vectors stand for."""
+    if "freq_factors" in factors:
+        return _freq_factors(config, factors["freq_factors"])
+    return _longrope(meta, arch, config, factors)
+
+
+def _freq_factors(config: dict[str, Any], values: list[float]) -> dict[str, Any]:
+    """A llama file's ``rope_freqs`` (Llama 3.1+: the converter's form of the ``llama3``
+    scaling) as transformers' ``longrope``: llama.cpp divides each frequency by its factor at
+    every position, with no attention scaling. With the same short and long factors the
+    original context (here the model's own) picks nothing."""
+    old_len = config.get("max_position_embeddings") or _MAX_CONTEXT
+    return {"rope_type": "longrope", "short_factor": values, "long_factor": values,
+            "original_max_position_embeddings": old_len, "factor": 1.0,
+            "attention_factor": 1.0}
+
+
 def _longrope(meta: dict, arch: str, config: dict[str, Any],
               factors: dict[str, list[float]]) -> dict[str, Any]:
     """The ``longrope`` rope_scaling of a long-context Phi-3 file, from its factor vectors."""
@@ -492,10 +541,6 @@ def _longrope(meta: dict, arch: str, config: dict[str, Any],
         raise UnsupportedModelError(
             f"RoPE factor vectors {sorted(factors)} without both short and long factors and "
             f"{arch}.rope.scaling.original_context_length: an unknown RoPE scaling")
-    for kind, values in factors.items():
-        if len(values) != config["head_dim"] // 2:
-            raise ValueError(f"RoPE {kind} has {len(values)} values; a head of "
-                             f"{config['head_dim']} needs {config['head_dim'] // 2}")
     config["original_max_position_embeddings"] = int(old_len)  # Phi3Config reads it from here
     scaling = {"rope_type": "longrope", "original_max_position_embeddings": int(old_len),
                **factors}

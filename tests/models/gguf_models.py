@@ -1,6 +1,7 @@
 """Small GGUF model files for the tests: a random transformers model written the way llama.cpp's
 converter writes it (gguf's tensor names, Q/K rows interleaved for llama, Phi-3's fused rows and
-longrope factor vectors as they are), in any block format.
+longrope factor vectors as they are, a ``llama3`` RoPE scaling as its ``rope_freqs`` vector),
+in any block format.
 
 Formats the installed ``gguf`` package can quantize (Q4_0/Q4_1/Q5_x/Q8_0, F16, BF16) are
 quantized from the model's weights; k-quants (Q4_K, Q5_K, Q6_K), which it only dequantizes, are
@@ -11,6 +12,7 @@ transformers then runs exactly the weights agentrt reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,6 +139,8 @@ def write_gguf(hf, path: Path, arch: str, name: str, qtype=None, *, sync: bool =
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
     if arch == "phi3":
         write_phi3_rope(writer, cfg)
+    if arch == "llama":
+        write_llama3_rope(writer, cfg)
     rng = np.random.default_rng(0)
     params = dict(hf.named_parameters())
     for hf_name, tensor in hf.state_dict().items():
@@ -186,8 +190,6 @@ def write_header(writer, name: str, cfg) -> None:
 def write_phi3_rope(writer, cfg) -> None:
     """What llama.cpp's converter adds for Phi-3: the sliding window (0 = none), the original
     context, and for ``longrope`` its attention factor and factor vectors as tensors."""
-    import math
-
     rope = cfg.rope_parameters
     old_len = rope.get("original_max_position_embeddings", cfg.max_position_embeddings)
     writer.add_rope_scaling_orig_ctx_len(old_len)
@@ -200,6 +202,27 @@ def write_phi3_rope(writer, cfg) -> None:
     for kind in ("long", "short"):
         writer.add_tensor(f"rope_factors_{kind}.weight",
                           np.array(rope[f"{kind}_factor"], dtype=np.float32))
+
+
+def write_llama3_rope(writer, cfg) -> None:
+    """What llama.cpp's converter adds for a ``llama3`` RoPE scaling: ``rope_freqs``, one
+    float32 factor per frequency that llama.cpp divides it by (1 for wavelengths under
+    ``original / high_freq_factor``, ``factor`` over ``original / low_freq_factor``, between
+    them the inverse of the blend transformers interpolates)."""
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    if rope.get("rope_type") != "llama3":
+        return
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
+    wavelen = 2 * math.pi / (1.0 / float(rope["rope_theta"]) ** exponents)  # as HF's inv_freq
+    factor, old_len = float(rope["factor"]), float(rope["original_max_position_embeddings"])
+    low, high = float(rope["low_freq_factor"]), float(rope["high_freq_factor"])
+    smooth = (old_len / wavelen - low) / (high - low)
+    blend = 1 / ((1 - smooth) / factor + smooth)
+    factors = torch.where(wavelen < old_len / high, torch.ones_like(wavelen),
+                          torch.where(wavelen > old_len / low, torch.full_like(wavelen, factor),
+                                      blend))
+    writer.add_tensor("rope_freqs.weight", factors.numpy().astype(np.float32))
 
 
 def write_random_llama(path: Path, cfg, formats: Formats) -> Path:
