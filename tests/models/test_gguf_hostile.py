@@ -9,7 +9,9 @@ version); a file cut short in its header, metadata, tensor list or tensor data, 
 array length runs past its end; tensors whose shapes disagree with the metadata (a wider
 ``attn_q``, ``ffn_down`` of another inner size, a wrong embedding width or norm length, a
 3-D weight), a missing weight, an extra one (refused, naming it: a tensor agentrt has no
-place for means the file is not the model its metadata says); a k-quant row that is not
+place for means the file is not the model its metadata says); a RoPE factor vector (Llama
+3.1's ``rope_freqs``) of the wrong length or type, holding zero, a negative number or NaN, or
+in an architecture that reads none (Qwen2), Phi-3's in a llama file; a k-quant row that is not
 whole blocks, a format the kernels do not run (named), a type id no one knows; absurd
 metadata (head counts 0 or not dividing, context 0 or 2**40, layer count 2**31, a vocabulary
 that disagrees with the embedding, negative or non-finite RoPE base, negative norm epsilon,
@@ -60,9 +62,9 @@ def write(path: Path, *, arch: str = "llama", header: dict | None = None,
           tensors: dict | None = None, formats: dict | None = None,
           tokenizer: Callable = tiny_tokenizer) -> Path:
     """A GGUF file of :data:`HEADER` with ``header`` keys changed (None drops one), ``tensors``
-    shapes changed (None drops one, new names add one) and ``formats`` (tensor -> type name)
-    in place of Q8_0. A declared shape that is not whole blocks gets the bytes the reader
-    computes for it."""
+    shapes changed (None drops one, new names add one, an array is written as it is) and
+    ``formats`` (tensor -> type name) in place of Q8_0. A declared shape that is not whole
+    blocks gets the bytes the reader computes for it."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch)
@@ -78,6 +80,9 @@ def write(path: Path, *, arch: str = "llama", header: dict | None = None,
     rng = np.random.default_rng(0)
     for name, shape in {**shapes(), **(tensors or {})}.items():
         if shape is None:
+            continue
+        if isinstance(shape, np.ndarray):
+            writer.add_tensor(name, shape)
             continue
         kind = gguf.GGMLQuantizationType[(formats or {}).get(
             name, "F32" if len(shape) == 1 else "Q8_0")]
@@ -133,6 +138,13 @@ def _bos_as_text(writer, gguf) -> None:
         "one", gguf.GGUFValueType.STRING)
 
 
+def _rope_freqs(at: int = 0, value: float = 1.0, n: int = HEAD_DIM // 2) -> dict:
+    """``tensors`` adding a ``rope_freqs`` vector of ``n`` ones, ``value`` at ``at``."""
+    factors = np.ones(n, dtype=np.float32)
+    factors[at] = value
+    return {"rope_freqs.weight": factors}
+
+
 def _text(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -177,6 +189,23 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
                      "unexpected GGUF tensor 'blk.0.mystery.weight'"),
     "extra_layer": (lambda p: write(p, tensors={"blk.1.attn_norm.weight": (H,)}),
                     "unexpected GGUF tensor 'blk.1.attn_norm.weight'"),
+    "rope_freqs_short": (lambda p: write(p, tensors=_rope_freqs(n=HEAD_DIM // 2 - 1)),
+                         "'rope_freqs.weight' has 31 values; a head of 64 needs 32"),
+    "rope_freqs_zero": (lambda p: write(p, tensors=_rope_freqs(5, 0.0)),
+                        "'rope_freqs.weight' holds 0.0 at 5"),
+    "rope_freqs_negative": (lambda p: write(p, tensors=_rope_freqs(31, -8.0)),
+                            "'rope_freqs.weight' holds -8.0 at 31"),
+    "rope_freqs_nan": (lambda p: write(p, tensors=_rope_freqs(0, float("nan"))),
+                       "'rope_freqs.weight' holds nan at 0"),
+    "rope_freqs_q8_0": (lambda p: write(p, tensors={"rope_freqs.weight": (HEAD_DIM // 2,)},
+                                        formats={"rope_freqs.weight": "Q8_0"}),
+                        "'rope_freqs.weight' is a Q8_0 tensor of shape [32]; llama.cpp reads "
+                        "an F32 vector"),
+    "rope_freqs_in_qwen2": (lambda p: write(p, arch="qwen2", tensors=_rope_freqs()),
+                            "unexpected GGUF tensor 'rope_freqs.weight'"),
+    "phi3_factors_in_llama": (lambda p: write(p, tensors={
+        "rope_factors_long.weight": np.ones(HEAD_DIM // 2, dtype=np.float32)}),
+        "unexpected GGUF tensor 'rope_factors_long.weight'"),
     "kquant_partial_block": (lambda p: write(
         p, header={"embedding_length": 384}, formats={"blk.0.attn_q.weight": "Q4_K"},
         tensors={"blk.0.attn_q.weight": (256, 384)}), "whole blocks of 256"),
@@ -357,5 +386,5 @@ def test_agentrt_models_lists_them_without_details_instead_of_hanging(reports):
         if name in unreadable:
             assert (arch, fmt) == (None, None), name
         else:
-            assert arch in ("llama", "gpt2", "skynet"), (name, arch)
+            assert arch in ("llama", "qwen2", "gpt2", "skynet"), (name, arch)
     assert listing["good"] == ["llama", "Q8_0"]
