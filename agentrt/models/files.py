@@ -9,6 +9,7 @@ is downloaded.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from agentrt import env
@@ -31,10 +32,14 @@ def resolve_model(model: str | Path | None = None) -> Path:
 
 def gguf_folder(gguf_path: Path, *, weights: bool = False) -> Path:
     """The cache folder of ``gguf_path``: config.json and the tokenizer, and with ``weights``
-    also ``model.safetensors`` (float32); written once, reused while the file keeps its size."""
+    also ``model.safetensors`` (float32); written once, reused while the file at that path keeps
+    its size and modification time (another file of the same name and size elsewhere -- two
+    fine-tunes' ``model-q4_k_m.gguf`` -- or a file replaced in place gets a folder of its own)."""
     from agentrt.models.gguf_convert import convert_gguf
 
-    out = env.cache_dir() / "models" / f"{gguf_path.stem}-{gguf_path.stat().st_size}"
+    stat = gguf_path.stat()
+    key = f"{gguf_path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()
+    out = env.cache_dir() / "models" / f"{gguf_path.stem}-{hashlib.sha256(key).hexdigest()[:16]}"
     needed = ("config.json", "tokenizer_config.json", *(("model.safetensors",) if weights else ()))
     if all((out / name).is_file() for name in needed):
         return out
