@@ -536,8 +536,8 @@ def _longrope(meta: dict, arch: str, config: dict[str, Any],
               factors: dict[str, list[float]]) -> dict[str, Any]:
     """The ``longrope`` rope_scaling of a long-context Phi-3 file, from its factor vectors."""
     old_len = meta.get(f"{arch}.rope.scaling.original_context_length")
-    if set(factors) != set(_ROPE_FACTORS.values()) or not (isinstance(old_len, int)
-                                                           and 0 < old_len <= _MAX_CONTEXT):
+    if set(factors) != {"short_factor", "long_factor"} or not (isinstance(old_len, int)
+                                                               and 0 < old_len <= _MAX_CONTEXT):
         raise UnsupportedModelError(
             f"RoPE factor vectors {sorted(factors)} without both short and long factors and "
             f"{arch}.rope.scaling.original_context_length: an unknown RoPE scaling")
