@@ -22,7 +22,11 @@ from agentrt.models.ops import add_rms_norm, apply_rope, rms_norm, silu_mul
 from agentrt.models.rope import rope_tables
 from agentrt.models.weights import Weights
 
-__all__ = ["LlamaModel"]
+__all__ = ["INITIAL_CONTEXT", "LlamaModel"]
+
+INITIAL_CONTEXT = 8192
+"""Positions of a new model's RoPE tables, where the config allows as many; the engine refits
+them to its own context (:meth:`LlamaModel.fit_context`)."""
 
 
 @dataclass
@@ -45,7 +49,9 @@ class LlamaModel:
         """``weights`` decides each layer's form (:class:`~agentrt.models.weights.FloatWeights`
         in ``dtype``, or :class:`~agentrt.models.gguf_weights.GGUFWeights`, a GGUF file's own
         blocks); activations are ``dtype``. The RoPE tables are built for a context of
-        ``max_position_embeddings`` tokens until :meth:`fit_context` says otherwise."""
+        ``max_position_embeddings`` tokens, at most :data:`INITIAL_CONTEXT`, until
+        :meth:`fit_context` says otherwise (a file claiming 2**24 positions would otherwise
+        take gigabytes of tables before the engine sizes its context)."""
         self.config = config
         self.dtype = dtype
         self.device = torch.device(device)
@@ -57,7 +63,7 @@ class LlamaModel:
             self._norm, self._add_norm = ops.rms_norm, ops.add_rms_norm_
             self._rope, self._silu_mul = ops.apply_rope_, ops.silu_mul
         self._init_weights(weights)
-        self.fit_context(config.max_position_embeddings)
+        self.fit_context(min(config.max_position_embeddings, INITIAL_CONTEXT))
         self.attn: AttentionBackend | None = None
 
     def fit_context(self, max_model_len: int) -> None:

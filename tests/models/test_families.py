@@ -102,6 +102,21 @@ def test_longrope_follows_the_context_the_engine_fits_the_model_to(tmp_path, eng
             small.close()
 
 
+def test_a_huge_claimed_context_builds_short_tables_until_the_engine_fits_it(tmp_path, engine):
+    """A config claiming 2**24 positions (a hostile or broken file) must not build gigabytes
+    of RoPE tables on load; the engine's own context (bounded by its KV cache) decides."""
+    from agentrt.models import load_model
+    from agentrt.models.llama import INITIAL_CONTEXT
+
+    save("qwen2", tmp_path, engine, max_position_embeddings=2**24)
+    assert load_model(tmp_path).model.cos.shape[0] == INITIAL_CONTEXT
+    small = Engine(str(tmp_path), dtype="float32", num_blocks=64)
+    try:
+        assert small.core.model.cos.shape[0] == small.max_model_len == 64 * 16
+    finally:
+        small.close()
+
+
 def test_a_sliding_window_caps_the_context_at_the_window(tmp_path, engine):
     """transformers' Phi-3 attends within ``sliding_window`` tokens: the same outputs as whole
     attention for sequences of up to that many tokens, others past it."""
