@@ -21,19 +21,16 @@ position; that is transformers' ``longrope`` with the vector as both its short a
 factors and no attention scaling, which the config then names.
 
 NOTE: a file is checked before any of it reaches the C kernels, which read weight bytes through
-raw pointers: :func:`read_header` walks the header with bounds checks (the ``gguf`` reader would
-loop for as long as a corrupt array length says) and requires every tensor to be whole blocks
-of a known type inside the file; then the sizes in the metadata must be positive, bounded and
-consistent, every weight the forward pass reads must be there with the shape they imply, a
-tensor it has no place for is refused, and the vocabulary must fit the embedding. Each failure
-is a ``ValueError`` naming the file, the tensor or key, and what was expected.
+raw pointers: :func:`~agentrt.models.gguf_header.read_header` walks the header with bounds
+checks before the ``gguf`` reader runs, a tensor the model has no place for is refused here,
+and :mod:`agentrt.models.gguf_checks` checks the metadata's sizes, every weight's shape and the
+vocabulary. Each failure is a ``ValueError`` naming the file, the tensor or key, and what was
+expected.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,11 +38,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentrt.models.config import UnsupportedModelError
+from agentrt.models.gguf_checks import MAX_CONTEXT, check_config, check_tensors, check_tokens
+from agentrt.models.gguf_header import read_header
 
 if TYPE_CHECKING:
-    from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+    from gguf import GGMLQuantizationType, ReaderTensor
 
-__all__ = ["GGUF_ARCHITECTURES", "GGUFFile", "GGUFTensor", "read_header"]
+__all__ = ["GGUF_ARCHITECTURES", "GGUFFile", "GGUFTensor"]
 
 #: GGUF ``general.architecture`` -> the Hugging Face architecture it runs as
 GGUF_ARCHITECTURES: dict[str, str] = {
@@ -62,9 +61,6 @@ _ROPE_FACTORS = {  # per architecture: RoPE factor vectors (F32 tensors) -> thei
              "rope_factors_long.weight": "long_factor"},
 }
 _FLOAT_TYPES = {"F32": 4, "F16": 2, "BF16": 2}  # element-wise types: a 1-D tensor's rows
-_MAX_CONTEXT = 1 << 24  # 16M positions: above any released model's context
-_MAX_SIZE = 1 << 20  # hidden, intermediate, head sizes: far above any Llama-family model's
-_MAX_LAYERS = 1 << 12
 
 
 @dataclass(frozen=True)
@@ -153,7 +149,7 @@ class GGUFFile:
                 raise UnsupportedModelError(f"{self.path.name}: {exc}") from None
             why = f"nothing gives its {exc.args[0]}" if isinstance(exc, KeyError) else exc
             raise ValueError(f"{self.path}: invalid GGUF model metadata ({why})") from None
-        _check_config(self.path, self.config)
+        check_config(self.path, self.config)
         names = _hf_names(gguf, arch, self.config["num_hidden_layers"])
         self.tensors: dict[str, GGUFTensor] = {}
         factors: dict[str, list[float]] = {}
@@ -183,8 +179,8 @@ class GGUFFile:
         embed = self.tensors.get("model.embed_tokens.weight")
         if self.config["vocab_size"] is None and embed is not None and embed.shape:
             self.config["vocab_size"] = embed.shape[0]
-        _check_tensors(self.path, self.tensors, self.config, arch)
-        _check_tokens(self.path, reader, self.config)
+        check_tensors(self.path, self.tensors, self.config, arch, arch in _FUSED)
+        check_tokens(self.path, reader, self.config)
         if arch in _FUSED:
             self.config["eos_token_id"] = _eos_ids(reader, meta)
 
@@ -198,111 +194,6 @@ class GGUFFile:
         return 0
 
 
-def read_header(path: Path) -> GGUFReader:
-    """``gguf.GGUFReader`` of ``path``, or a ``ValueError`` naming the file and what is wrong
-    (not a GGUF, cut short, counts larger than the file can hold)."""
-    import gguf
-
-    if path.is_dir():
-        raise ValueError(f"{path} is a folder, not a GGUF file")
-    size = path.stat().st_size
-    if size < 24:
-        raise ValueError(f"{path}: not a GGUF file ({'empty' if not size else f'{size} bytes'})")
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as head:
-        _check_layout(path, head, size)
-    try:
-        return gguf.GGUFReader(str(path))
-    except (ValueError, KeyError, IndexError, TypeError, OverflowError, UnicodeError) as exc:
-        why = f"{type(exc).__name__}: {exc}"
-        raise ValueError(f"{path}: not a readable GGUF file ({why})") from None
-
-
-_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY, _UINT32 = 8, 9, 4
-
-
-def _check_layout(path: Path, head: mmap.mmap, size: int) -> None:
-    """Walk the header with bounds checks before ``gguf.GGUFReader`` does (an array length
-    past the end of the file would have it loop for as long as the length says), and check
-    that every tensor is whole blocks of a known type, inside the file."""
-    if head[:4] != b"GGUF":
-        raise ValueError(f"{path}: not a GGUF file (starts with {head[:4]!r}, not b'GGUF')")
-    version, num_tensors, num_kv = struct.unpack_from("<IQQ", head, 4)
-    if version not in (2, 3):
-        raise ValueError(f"{path}: GGUF version {version} is not supported (2 or 3)")
-    if num_kv * 13 + num_tensors * 24 > size:
-        raise ValueError(f"{path}: truncated or corrupt GGUF header ({num_kv} metadata entries "
-                         f"and {num_tensors} tensors cannot fit in {size} bytes)")
-    offset, alignment = 24, 32
-    for _ in range(num_kv):
-        key_end = _value(path, head, size, offset, _STRING)
-        kind = struct.unpack_from("<I", head, _need(path, size, key_end, 4) - 4)[0]
-        if head[offset + 8:key_end] == b"general.alignment" and kind == _UINT32:
-            alignment = struct.unpack_from("<I", head, _need(path, size, key_end + 4, 4) - 4)[0]
-        offset = _value(path, head, size, key_end + 4, kind)
-    if not alignment or alignment & (alignment - 1):
-        raise ValueError(f"{path}: corrupt GGUF header (general.alignment = {alignment})")
-    _check_tensor_table(path, head, size, offset, num_tensors, alignment)
-
-
-def _need(path: Path, size: int, offset: int, n: int) -> int:
-    if offset + n > size:
-        raise ValueError(f"{path}: truncated GGUF file (its header runs past the end of the "
-                         f"file, {size} bytes)")
-    return offset + n
-
-
-def _value(path: Path, head: mmap.mmap, size: int, offset: int, kind: int,
-           depth: int = 0) -> int:
-    """Where the metadata value of type ``kind`` at ``offset`` ends."""
-    if kind in _SCALAR_BYTES:
-        return _need(path, size, offset, _SCALAR_BYTES[kind])
-    if kind == _STRING:
-        _need(path, size, offset, 8)
-        return _need(path, size, offset + 8, struct.unpack_from("<Q", head, offset)[0])
-    if kind != _ARRAY or depth > 3:
-        raise ValueError(f"{path}: corrupt GGUF metadata (value type {kind} at byte {offset})")
-    _need(path, size, offset, 12)
-    item, n = struct.unpack_from("<IQ", head, offset)
-    offset += 12
-    if item in _SCALAR_BYTES:
-        return _need(path, size, offset, n * _SCALAR_BYTES[item])
-    _need(path, size, offset, n * 8)  # each string holds its length at least: n is bounded
-    for _ in range(n):
-        offset = _value(path, head, size, offset, item, depth + 1)
-    return offset
-
-
-def _check_tensor_table(path: Path, head: mmap.mmap, size: int, offset: int,
-                        num_tensors: int, alignment: int) -> None:
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    spans = []
-    for _ in range(num_tensors):
-        name_end = _value(path, head, size, offset, _STRING)
-        name = bytes(head[offset + 8:name_end]).decode(errors="replace")
-        n_dims = struct.unpack_from("<I", head, _need(path, size, name_end, 4) - 4)[0]
-        if not 1 <= n_dims <= 4:
-            raise ValueError(f"{path}: tensor {name!r} has {n_dims} dimensions (GGUF: 1 to 4)")
-        offset = _need(path, size, name_end + 4, 8 * n_dims + 12)
-        *dims, kind, start = struct.unpack_from(f"<{n_dims}QIQ", head, name_end + 4)
-        try:
-            qtype = GGMLQuantizationType(kind)
-        except ValueError:
-            qtype = None
-        if qtype not in GGML_QUANT_SIZES:
-            raise ValueError(f"{path}: tensor {name!r} is stored as GGML type {kind}, which "
-                             "no GGUF reader knows")
-        block, block_bytes = GGML_QUANT_SIZES[qtype]
-        if dims[0] % block:
-            raise ValueError(f"{path}: tensor {name!r} has rows of {dims[0]} values: a "
-                             f"{qtype.name} row must hold whole blocks of {block} values")
-        spans.append((name, start, math.prod(dims) // block * block_bytes))
-    data = offset + (-offset % alignment)
-    for name, start, nbytes in spans:
-        if data + start + nbytes > size:
-            raise ValueError(f"{path}: truncated GGUF file: tensor {name!r} needs bytes "
-                             f"{data + start}..{data + start + nbytes}, the file has {size}")
 
 
 def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -367,118 +258,6 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
     return config
 
 
-def _check_config(path: Path, config: dict[str, Any]) -> None:
-    """Sizes the forward pass divides by and allocates from: positive, bounded, consistent."""
-    def bad(why: str) -> ValueError:
-        return ValueError(f"{path}: invalid GGUF model metadata: {why}")
-
-    sizes = {"hidden_size": _MAX_SIZE, "intermediate_size": _MAX_SIZE,
-             "num_attention_heads": _MAX_SIZE, "num_key_value_heads": _MAX_SIZE,
-             "head_dim": _MAX_SIZE, "num_hidden_layers": _MAX_LAYERS,
-             "max_position_embeddings": _MAX_CONTEXT, "sliding_window": _MAX_CONTEXT}
-    optional = ("max_position_embeddings", "sliding_window")  # transformers has defaults
-    for key, most in sizes.items():
-        value = config.get(key)
-        if value is None and key in optional:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most:
-            raise bad(f"{key} = {value!r} (expected an integer from 1 to {most})")
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    if heads % kv_heads:
-        raise bad(f"{heads} attention heads are not a multiple of {kv_heads} key/value heads")
-    if config["head_dim"] % 2:
-        raise bad(f"head_dim = {config['head_dim']} (RoPE rotates pairs: it must be even)")
-    theta, eps = config["rope_theta"], config["rms_norm_eps"]
-    if not (math.isfinite(theta) and theta > 0):
-        raise bad(f"rope_theta (rope.freq_base) = {theta} (expected a positive number)")
-    if not (math.isfinite(eps) and 0 <= eps < 1):
-        raise bad(f"rms_norm_eps = {eps} (expected a small non-negative number)")
-
-
-def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """The shape the forward pass needs of each weight (HF names), from the config."""
-    h, f, d = config["hidden_size"], config["intermediate_size"], config["head_dim"]
-    q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
-    shapes: dict[str, tuple[int, ...]] = {"model.norm.weight": (h,)}
-    if config.get("vocab_size"):
-        shapes["model.embed_tokens.weight"] = shapes["lm_head.weight"] = (config["vocab_size"], h)
-    rows = {"self_attn.q_proj": q, "self_attn.k_proj": kv, "self_attn.v_proj": kv,
-            "self_attn.qkv_proj": q + 2 * kv, "mlp.gate_proj": f, "mlp.up_proj": f,
-            "mlp.gate_up_proj": 2 * f}
-    for i in range(config["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight":
-                       (h,), p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight":
-                       (d,), p + "self_attn.o_proj.weight": (h, q), p + "mlp.down_proj.weight":
-                       (h, f)})
-        for name, n in rows.items():
-            shapes[p + name + ".weight"], shapes[p + name + ".bias"] = (n, h), (n,)
-    return shapes
-
-
-def _required(config: dict[str, Any], arch: str) -> list[str]:
-    """The weights every layer of ``arch`` needs (the output head may be tied)."""
-    per_layer = ["input_layernorm", "post_attention_layernorm", "self_attn.o_proj",
-                 "mlp.down_proj"]
-    per_layer += (["self_attn.qkv_proj", "mlp.gate_up_proj"] if arch in _FUSED else
-                  ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
-                   "mlp.up_proj"])
-    if arch == "qwen3":
-        per_layer += ["self_attn.q_norm", "self_attn.k_norm"]
-    names = ["model.embed_tokens.weight", "model.norm.weight"]
-    for i in range(config["num_hidden_layers"]):
-        names += [f"model.layers.{i}.{n}.weight" for n in per_layer]
-    return names
-
-
-def _check_tensors(path: Path, tensors: dict[str, GGUFTensor], config: dict[str, Any],
-                   arch: str) -> None:
-    """Every weight the forward pass reads is there, of the shape the config implies, whole
-    blocks per row, and inside the file: nothing reaches the kernels otherwise."""
-    from gguf import GGML_QUANT_SIZES
-
-    file_size = path.stat().st_size
-    missing = [n for n in _required(config, arch) if n not in tensors]
-    if missing:
-        raise ValueError(f"{path}: GGUF tensor for {missing[0]} is missing"
-                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-    shapes = _expected_shapes(config)
-    for name, t in tensors.items():
-        want = shapes.get(name)
-        if want is not None and t.shape != want:
-            raise ValueError(f"{path}: tensor {t.name!r} ({name}) has shape {list(t.shape)}; "
-                             f"the model's metadata needs {list(want)}")
-        block, block_bytes = GGML_QUANT_SIZES[t.qtype]
-        if not t.shape or min(t.shape) <= 0 or t.shape[-1] % block:
-            raise ValueError(f"{path}: tensor {t.name!r} has shape {list(t.shape)}: a "
-                             f"{t.qtype.name} row must hold whole blocks of {block} values")
-        nbytes = math.prod(t.shape) // block * block_bytes
-        if t.nbytes != nbytes or t.offset + nbytes > file_size:
-            raise ValueError(f"{path}: truncated GGUF file: tensor {t.name!r} needs bytes "
-                             f"{t.offset}..{t.offset + nbytes} of a file of {file_size}")
-
-
-def _check_tokens(path: Path, reader, config: dict[str, Any]) -> None:
-    """The vocabulary fits the embedding, and the special token ids name tokens."""
-    field = reader.fields.get("tokenizer.ggml.tokens")
-    if field is None:
-        raise ValueError(f"{path}: GGUF file has no tokenizer (tokenizer.ggml.tokens); "
-                         "agentrt reads the vocabulary from the file")
-    num_tokens, vocab = len(field.data), config["vocab_size"]
-    if not num_tokens or num_tokens > vocab:
-        raise ValueError(f"{path}: the tokenizer has {num_tokens} tokens; the token embedding "
-                         f"has rows for {vocab}")
-    for key in ("token_type", "scores"):
-        field = reader.fields.get(f"tokenizer.ggml.{key}")
-        if field is not None and len(field.data) != num_tokens:
-            raise ValueError(f"{path}: tokenizer.ggml.{key} has {len(field.data)} entries for "
-                             f"{num_tokens} tokens")
-    for key in ("bos", "eos", "eot", "eom"):
-        field = reader.fields.get(f"tokenizer.ggml.{key}_token_id")
-        token = field.contents() if field is not None else 0
-        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < num_tokens:
-            raise ValueError(f"{path}: tokenizer.ggml.{key}_token_id = {token!r} is not one of "
-                             f"the tokenizer's {num_tokens} tokens")
 
 
 def _eos_ids(reader, meta: dict) -> list[int]:
@@ -526,7 +305,7 @@ def _freq_factors(config: dict[str, Any], values: list[float]) -> dict[str, Any]
     scaling) as transformers' ``longrope``: llama.cpp divides each frequency by its factor at
     every position, with no attention scaling. With the same short and long factors the
     original context (here the model's own) picks nothing."""
-    old_len = config.get("max_position_embeddings") or _MAX_CONTEXT
+    old_len = config.get("max_position_embeddings") or MAX_CONTEXT
     return {"rope_type": "longrope", "short_factor": values, "long_factor": values,
             "original_max_position_embeddings": old_len, "factor": 1.0,
             "attention_factor": 1.0}
@@ -537,7 +316,7 @@ def _longrope(meta: dict, arch: str, config: dict[str, Any],
     """The ``longrope`` rope_scaling of a long-context Phi-3 file, from its factor vectors."""
     old_len = meta.get(f"{arch}.rope.scaling.original_context_length")
     if set(factors) != {"short_factor", "long_factor"} or not (isinstance(old_len, int)
-                                                               and 0 < old_len <= _MAX_CONTEXT):
+                                                               and 0 < old_len <= MAX_CONTEXT):
         raise UnsupportedModelError(
             f"RoPE factor vectors {sorted(factors)} without both short and long factors and "
             f"{arch}.rope.scaling.original_context_length: an unknown RoPE scaling")

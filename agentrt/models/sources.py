@@ -291,7 +291,7 @@ def _gguf_info(path: Path) -> tuple[str | None, str | None]:
     """``general.architecture`` and the file type, read from the header (tensors stay mapped)."""
     from gguf import LlamaFileType
 
-    from agentrt.models.gguf_file import read_header
+    from agentrt.models.gguf_header import read_header
 
     try:
         reader = read_header(path)  # bounds-checked first: a hostile header cannot hang it

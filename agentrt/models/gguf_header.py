@@ -1,0 +1,128 @@
+"""A GGUF file's header walked with bounds checks, before ``gguf.GGUFReader`` reads it.
+
+The reader trusts the counts and lengths it finds: an array length past the end of the file
+has it loop for as long as the length says. :func:`read_header` first walks every metadata
+entry and tensor record inside the file's size, and requires each tensor to be whole blocks of
+a type some GGUF reader knows, inside the file; only then does the reader run. Each failure is
+a ``ValueError`` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
+
+__all__ = ["read_header"]
+
+
+def read_header(path: Path) -> GGUFReader:
+    """``gguf.GGUFReader`` of ``path``, or a ``ValueError`` naming the file and what is wrong
+    (not a GGUF, cut short, counts larger than the file can hold)."""
+    import gguf
+
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a GGUF file")
+    size = path.stat().st_size
+    if size < 24:
+        raise ValueError(f"{path}: not a GGUF file ({'empty' if not size else f'{size} bytes'})")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as head:
+        _check_layout(path, head, size)
+    try:
+        return gguf.GGUFReader(str(path))
+    except (ValueError, KeyError, IndexError, TypeError, OverflowError, UnicodeError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        raise ValueError(f"{path}: not a readable GGUF file ({why})") from None
+
+
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY, _UINT32 = 8, 9, 4
+
+
+def _check_layout(path: Path, head: mmap.mmap, size: int) -> None:
+    """Walk the header with bounds checks before ``gguf.GGUFReader`` does (an array length
+    past the end of the file would have it loop for as long as the length says), and check
+    that every tensor is whole blocks of a known type, inside the file."""
+    if head[:4] != b"GGUF":
+        raise ValueError(f"{path}: not a GGUF file (starts with {head[:4]!r}, not b'GGUF')")
+    version, num_tensors, num_kv = struct.unpack_from("<IQQ", head, 4)
+    if version not in (2, 3):
+        raise ValueError(f"{path}: GGUF version {version} is not supported (2 or 3)")
+    if num_kv * 13 + num_tensors * 24 > size:
+        raise ValueError(f"{path}: truncated or corrupt GGUF header ({num_kv} metadata entries "
+                         f"and {num_tensors} tensors cannot fit in {size} bytes)")
+    offset, alignment = 24, 32
+    for _ in range(num_kv):
+        key_end = _value(path, head, size, offset, _STRING)
+        kind = struct.unpack_from("<I", head, _need(path, size, key_end, 4) - 4)[0]
+        if head[offset + 8:key_end] == b"general.alignment" and kind == _UINT32:
+            alignment = struct.unpack_from("<I", head, _need(path, size, key_end + 4, 4) - 4)[0]
+        offset = _value(path, head, size, key_end + 4, kind)
+    if not alignment or alignment & (alignment - 1):
+        raise ValueError(f"{path}: corrupt GGUF header (general.alignment = {alignment})")
+    _check_tensor_table(path, head, size, offset, num_tensors, alignment)
+
+
+def _need(path: Path, size: int, offset: int, n: int) -> int:
+    if offset + n > size:
+        raise ValueError(f"{path}: truncated GGUF file (its header runs past the end of the "
+                         f"file, {size} bytes)")
+    return offset + n
+
+
+def _value(path: Path, head: mmap.mmap, size: int, offset: int, kind: int,
+           depth: int = 0) -> int:
+    """Where the metadata value of type ``kind`` at ``offset`` ends."""
+    if kind in _SCALAR_BYTES:
+        return _need(path, size, offset, _SCALAR_BYTES[kind])
+    if kind == _STRING:
+        _need(path, size, offset, 8)
+        return _need(path, size, offset + 8, struct.unpack_from("<Q", head, offset)[0])
+    if kind != _ARRAY or depth > 3:
+        raise ValueError(f"{path}: corrupt GGUF metadata (value type {kind} at byte {offset})")
+    _need(path, size, offset, 12)
+    item, n = struct.unpack_from("<IQ", head, offset)
+    offset += 12
+    if item in _SCALAR_BYTES:
+        return _need(path, size, offset, n * _SCALAR_BYTES[item])
+    _need(path, size, offset, n * 8)  # each string holds its length at least: n is bounded
+    for _ in range(n):
+        offset = _value(path, head, size, offset, item, depth + 1)
+    return offset
+
+
+def _check_tensor_table(path: Path, head: mmap.mmap, size: int, offset: int,
+                        num_tensors: int, alignment: int) -> None:
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    spans = []
+    for _ in range(num_tensors):
+        name_end = _value(path, head, size, offset, _STRING)
+        name = bytes(head[offset + 8:name_end]).decode(errors="replace")
+        n_dims = struct.unpack_from("<I", head, _need(path, size, name_end, 4) - 4)[0]
+        if not 1 <= n_dims <= 4:
+            raise ValueError(f"{path}: tensor {name!r} has {n_dims} dimensions (GGUF: 1 to 4)")
+        offset = _need(path, size, name_end + 4, 8 * n_dims + 12)
+        *dims, kind, start = struct.unpack_from(f"<{n_dims}QIQ", head, name_end + 4)
+        try:
+            qtype = GGMLQuantizationType(kind)
+        except ValueError:
+            qtype = None
+        if qtype not in GGML_QUANT_SIZES:
+            raise ValueError(f"{path}: tensor {name!r} is stored as GGML type {kind}, which "
+                             "no GGUF reader knows")
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+        if dims[0] % block:
+            raise ValueError(f"{path}: tensor {name!r} has rows of {dims[0]} values: a "
+                             f"{qtype.name} row must hold whole blocks of {block} values")
+        spans.append((name, start, math.prod(dims) // block * block_bytes))
+    data = offset + (-offset % alignment)
+    for name, start, nbytes in spans:
+        if data + start + nbytes > size:
+            raise ValueError(f"{path}: truncated GGUF file: tensor {name!r} needs bytes "
+                             f"{data + start}..{data + start + nbytes}, the file has {size}")
