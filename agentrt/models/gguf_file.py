@@ -194,8 +194,6 @@ class GGUFFile:
         return 0
 
 
-
-
 def _unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     """Undo llama.cpp's interleaving of rotary halves in Q/K rows (any trailing shape)."""
     half = w.shape[0] // n_head // 2
@@ -256,8 +254,6 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
         sliding_window=int(meta.get(f"{arch}.attention.sliding_window") or 0) or None,
     )
     return config
-
-
 
 
 def _eos_ids(reader, meta: dict) -> list[int]:
