@@ -73,3 +73,23 @@ def test_models_it_cannot_run_keep_the_python_forward(tmp_path):
                       tokenizer=tiny_tokenizer)
     _, num = _generate(path, quantization="none")  # float weights: torch's matmuls
     assert num == 0
+
+
+def test_a_layer_whose_shapes_disagree_keeps_the_python_forward(tmp_path):
+    """The C step computes with the first layer's sizes and reads weights through pointers: a
+    layer whose projection has another shape (here layer 1's O takes the gate/up weights) must
+    not be handed to it (it would read past the weights), the same model whole must be."""
+    from agentrt.engine.cpu_step import CpuDecodeSteps
+
+    hf, arch, name = build("llama", **KQUANT_SIZED)
+    path = write_gguf(hf, tmp_path / "llama.gguf", arch, name, _qtype("Q8_0"),
+                      tokenizer=tiny_tokenizer)
+    core = LLMEngine(EngineConfig(model=str(path), num_blocks=64, profile_on_start=False))
+    model, backend = core.model, core.runner.backend
+    assert CpuDecodeSteps.build(model, backend) is not None
+    layer = model.layers[1]
+    layer.o_proj, kept = layer.gate_up, layer.o_proj
+    try:
+        assert CpuDecodeSteps.build(model, backend) is None
+    finally:
+        layer.o_proj = kept

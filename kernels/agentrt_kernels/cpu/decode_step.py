@@ -109,8 +109,9 @@ class DecodeStep:
               kv_heads: int, head_dim: int, eps: float, scale: float) -> DecodeStep | None:
         """The step, or None where it cannot run: no compiled kernel, a linear layer that is not
         GGUF blocks on the C kernel, a shape the kernels do not take (head_dim a multiple of 16
-        up to 256, at most 8 query heads per KV head, widths multiples of 16), non-float32 or
-        non-contiguous tensors."""
+        up to 256, at most 8 query heads per KV head, widths multiples of 16), a weight, norm or
+        KV slot array whose shape disagrees with the heads and the first layer's sizes (the C
+        code would read past it), non-float32 or non-contiguous tensors."""
         lib = _lib()
         if lib is None or not layers:
             return None
@@ -127,6 +128,8 @@ class DecodeStep:
             if any(p.in_features % 16 or p.out_features % 16 for ps in linears for p in ps):
                 return None
         if final_norm.dtype != torch.float32 or not final_norm.is_contiguous():
+            return None
+        if not _shapes_agree(layers, final_norm, heads, kv_heads, head_dim):
             return None
         _declare(lib)
         return cls(lib, layers, final_norm, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
@@ -174,6 +177,30 @@ class DecodeStep:
         self._keep.append(descs)
         return _Linear(descs, len(parts), parts[0].in_features,
                        sum(p.out_features for p in parts))
+
+
+def _shapes_agree(layers: Sequence[LayerWeights], final_norm: torch.Tensor, heads: int,
+                  kv_heads: int, head_dim: int) -> bool:
+    """Every layer's sizes are the ones the C step computes with: the hidden size of the first
+    input norm, the intermediate size of the first down projection, the heads."""
+    hidden = layers[0].input_norm.numel()
+    inter = linear_parts(layers[0].down)[0].in_features
+    q, kv = heads * head_dim, kv_heads * head_dim
+    want = {"qkv": (hidden, q + 2 * kv), "o": (q, hidden), "gate_up": (hidden, 2 * inter),
+            "down": (inter, hidden)}
+    for layer in layers:
+        for name, (k, n) in want.items():
+            parts = linear_parts(getattr(layer, name))
+            if any(p.in_features != k for p in parts) or sum(p.out_features for p in parts) != n:
+                return False
+        norms = [(layer.input_norm, hidden), (layer.post_norm, hidden)]
+        norms += [(t, head_dim) for t in (layer.q_norm, layer.k_norm) if t is not None]
+        if any(t.numel() != n for t, n in norms):
+            return False
+        if any(t.dim() != 3 or tuple(t.shape[1:]) != (kv_heads, head_dim)
+               for t in (layer.k_slots, layer.v_slots)):
+            return False
+    return final_norm.numel() == hidden
 
 
 def _declare(lib: ctypes.CDLL) -> None:
