@@ -18,7 +18,9 @@ config's ``longrope`` parameters; the token that ends a chat turn, the file's
 Llama 3.1+ files carry ``rope_freqs``: llama.cpp's converter folds the ``llama3`` RoPE scaling
 into one factor per frequency, and llama.cpp divides each frequency by its factor at every
 position; that is transformers' ``longrope`` with the vector as both its short and long
-factors and no attention scaling, which the config then names.
+factors and no attention scaling, which the config then names. Without factor vectors, the
+scaling the metadata names (``{arch}.rope.scaling.type``: ``linear`` or ``yarn``, with its
+factor, original context and YaRN parameters) becomes the config's ``rope_scaling``.
 
 NOTE: a file is checked before any of it reaches the C kernels, which read weight bytes through
 raw pointers: :func:`~agentrt.models.gguf_header.read_header` walks the header with bounds
@@ -169,11 +171,12 @@ class GGUFFile:
                 offset=int(t.data_offset), nbytes=int(t.n_bytes),
                 interleaved_heads=self._interleaved_heads(t.name),
             )
-        if factors:
-            try:
-                self.config["rope_scaling"] = _rope_scaling(meta, arch, self.config, factors)
-            except ValueError as exc:
-                raise type(exc)(f"{self.path.name}: {exc}") from None
+        try:
+            scaling = _rope_scaling(meta, arch, self.config, factors)
+        except ValueError as exc:
+            raise type(exc)(f"{self.path.name}: {exc}") from None
+        if scaling is not None:
+            self.config["rope_scaling"] = scaling
         if "lm_head.weight" not in self.tensors:
             self.config["tie_word_embeddings"] = True
         embed = self.tensors.get("model.embed_tokens.weight")
@@ -289,11 +292,71 @@ def _factor_vector(path: Path, t: ReaderTensor, head_dim: int) -> list[float]:
 
 
 def _rope_scaling(meta: dict, arch: str, config: dict[str, Any],
-                  factors: dict[str, list[float]]) -> dict[str, Any]:
-    """The rope_scaling that the file's RoPE factor vectors stand for."""
+                  factors: dict[str, list[float]]) -> dict[str, Any] | None:
+    """The rope_scaling of the file: its RoPE factor vectors', or else the one its metadata
+    names (``{arch}.rope.scaling.type``), or None for plain RoPE.
+
+    NOTE: llama.cpp applies a metadata scaling on top of factor vectors; transformers has no
+    such composition, so a file with both is refused (the converter writes none: Llama 3.1's
+    ``llama3`` is its vector alone, Phi-3's type, where written, is ``longrope``)."""
+    kind = meta.get(f"{arch}.rope.scaling.type", "none")
+    if factors and kind not in ("none", "longrope"):
+        tensors = sorted(t for t, n in _ROPE_FACTORS[arch].items() if n in factors)
+        raise UnsupportedModelError(
+            f"RoPE factor tensors {tensors} and a {kind!r} RoPE scaling in "
+            f"{arch}.rope.scaling.type: llama.cpp applies both, agentrt runs one or the other")
     if "freq_factors" in factors:
         return _freq_factors(config, factors["freq_factors"])
-    return _longrope(meta, arch, config, factors)
+    if factors:
+        return _longrope(meta, arch, config, factors)
+    if kind == "none":
+        return None
+    if kind == "linear":
+        return {"rope_type": "linear", "factor": _positive(meta, f"{arch}.rope.scaling.factor")}
+    if kind == "longrope":
+        raise UnsupportedModelError(f"a 'longrope' RoPE scaling ({arch}.rope.scaling.type) "
+                                    "without its factor tensors (rope_factors_short/long)")
+    if kind == "yarn":
+        return _yarn(meta, arch, config)
+    raise UnsupportedModelError(f"RoPE scaling {kind!r} ({arch}.rope.scaling.type) is not "
+                                "supported; agentrt reads 'none', 'linear' and 'yarn'")
+
+
+def _positive(meta: dict, key: str) -> float:
+    """The metadata number ``key``: there, finite and above 0."""
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise ValueError(f"invalid GGUF model metadata: {key} = {value!r} (expected a "
+                         "finite number above 0)")
+    return float(value)
+
+
+_YARN_KEYS = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow",
+              "yarn_attn_factor": "attention_factor"}  # llama.cpp's key -> transformers'
+
+
+def _yarn(meta: dict, arch: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The ``yarn`` rope_scaling of a file, from the keys llama.cpp's converter writes (the
+    original context defaults to the model's, as in llama.cpp). ``yarn_attn_factor`` is
+    transformers' ``attention_factor``, which the converter writes it from."""
+    prefix = f"{arch}.rope.scaling."
+    for key, neutral in (("yarn_ext_factor", 1.0), ("yarn_log_multiplier", 0.0)):
+        if meta.get(prefix + key, neutral) != neutral:
+            raise UnsupportedModelError(f"YaRN with {prefix}{key} = {meta[prefix + key]!r} "
+                                        f"is not supported (transformers' yarn: {neutral})")
+    key = prefix + "original_context_length"
+    old_len = meta.get(key, config.get("max_position_embeddings"))
+    if isinstance(old_len, bool) or not isinstance(old_len, int) or not (
+            0 < old_len <= MAX_CONTEXT):
+        raise ValueError(f"invalid GGUF model metadata: {key} = {old_len!r} (expected an "
+                         f"integer from 1 to {MAX_CONTEXT})")
+    scaling = {"rope_type": "yarn", "factor": _positive(meta, prefix + "factor"),
+               "original_max_position_embeddings": int(old_len)}
+    for gguf_key, hf_key in _YARN_KEYS.items():
+        if prefix + gguf_key in meta:
+            scaling[hf_key] = _positive(meta, prefix + gguf_key)
+    return scaling
 
 
 def _freq_factors(config: dict[str, Any], values: list[float]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Small GGUF model files for the tests: a random transformers model written the way llama.cpp's
 converter writes it (gguf's tensor names, Q/K rows interleaved for llama, Phi-3's fused rows and
-longrope factor vectors as they are, a ``llama3`` RoPE scaling as its ``rope_freqs`` vector),
-in any block format.
+longrope factor vectors as they are, a ``llama3`` RoPE scaling as its ``rope_freqs`` vector,
+``linear`` and ``yarn`` as ``rope.scaling.*`` metadata), in any block format.
 
 Formats the installed ``gguf`` package can quantize (Q4_0/Q4_1/Q5_x/Q8_0, F16, BF16) are
 quantized from the model's weights; k-quants (Q4_K, Q5_K, Q6_K), which it only dequantizes, are
@@ -141,6 +141,7 @@ def write_gguf(hf, path: Path, arch: str, name: str, qtype=None, *, sync: bool =
         write_phi3_rope(writer, cfg)
     if arch == "llama":
         write_llama3_rope(writer, cfg)
+    write_rope_scaling(writer, cfg)
     rng = np.random.default_rng(0)
     params = dict(hf.named_parameters())
     for hf_name, tensor in hf.state_dict().items():
@@ -223,6 +224,27 @@ def write_llama3_rope(writer, cfg) -> None:
                           torch.where(wavelen > old_len / low, torch.full_like(wavelen, factor),
                                       blend))
     writer.add_tensor("rope_freqs.weight", factors.numpy().astype(np.float32))
+
+
+def write_rope_scaling(writer, cfg) -> None:
+    """What llama.cpp's converter writes for a ``linear`` or ``yarn`` RoPE scaling: its type
+    and factor, and for YaRN the original context and whichever of beta_fast, beta_slow and
+    attention_factor the config sets."""
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    kind = rope.get("rope_type")
+    if kind not in ("linear", "yarn"):
+        return
+    import gguf
+
+    writer.add_rope_scaling_type(gguf.RopeScalingType(kind))
+    writer.add_rope_scaling_factor(float(rope["factor"]))
+    if kind == "yarn":
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        for key, add in (("beta_fast", writer.add_rope_scaling_yarn_beta_fast),
+                         ("beta_slow", writer.add_rope_scaling_yarn_beta_slow),
+                         ("attention_factor", writer.add_rope_scaling_yarn_attn_factor)):
+            if rope.get(key) is not None:
+                add(float(rope[key]))
 
 
 def write_random_llama(path: Path, cfg, formats: Formats) -> Path:

@@ -11,7 +11,9 @@ array length runs past its end; tensors whose shapes disagree with the metadata 
 3-D weight), a missing weight, an extra one (refused, naming it: a tensor agentrt has no
 place for means the file is not the model its metadata says); a RoPE factor vector (Llama
 3.1's ``rope_freqs``) of the wrong length or type, holding zero, a negative number or NaN, or
-in an architecture that reads none (Qwen2), Phi-3's in a llama file; a k-quant row that is not
+in an architecture that reads none (Qwen2), Phi-3's in a llama file; a RoPE scaling in the
+metadata of an unknown type, ``longrope`` without its vectors, ``yarn`` beside a vector, a
+factor of 0, NaN or text, an original context of 2**40; a k-quant row that is not
 whole blocks, a format the kernels do not run (named), a type id no one knows; absurd
 metadata (head counts 0 or not dividing, context 0 or 2**40, layer count 2**31, a vocabulary
 that disagrees with the embedding, negative or non-finite RoPE base, negative norm epsilon,
@@ -145,6 +147,12 @@ def _rope_freqs(at: int = 0, value: float = 1.0, n: int = HEAD_DIM // 2) -> dict
     return {"rope_freqs.weight": factors}
 
 
+def _scaling(kind: str, factor: object = 4.0, **keys) -> dict:
+    """``header`` keys naming a ``kind`` RoPE scaling of ``factor`` (original context 64)."""
+    return {"rope.scaling.type": kind, "rope.scaling.factor": factor,
+            "rope.scaling.original_context_length": 64, **keys}
+
+
 def _text(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -206,6 +214,23 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "phi3_factors_in_llama": (lambda p: write(p, tensors={
         "rope_factors_long.weight": np.ones(HEAD_DIM // 2, dtype=np.float32)}),
         "unexpected GGUF tensor 'rope_factors_long.weight'"),
+    "scaling_unknown": (lambda p: write(p, header=_scaling("ntk-by-parts")),
+                        "RoPE scaling 'ntk-by-parts' (llama.rope.scaling.type) is not "
+                        "supported"),
+    "scaling_longrope_alone": (lambda p: write(p, header=_scaling("longrope")),
+                               "without its factor tensors"),
+    "scaling_yarn_and_rope_freqs": (lambda p: write(p, header=_scaling("yarn"),
+                                                    tensors=_rope_freqs()),
+                                    "['rope_freqs.weight'] and a 'yarn' RoPE scaling"),
+    "scaling_factor_0": (lambda p: write(p, header=_scaling("linear", 0.0)),
+                         "llama.rope.scaling.factor = 0.0 (expected a finite number above 0)"),
+    "scaling_factor_nan": (lambda p: write(p, header=_scaling("yarn", float("nan"))),
+                           "llama.rope.scaling.factor = nan"),
+    "scaling_factor_text": (lambda p: write(p, header=_scaling("linear", "four")),
+                            "llama.rope.scaling.factor = 'four'"),
+    "scaling_yarn_context_2_40": (lambda p: write(p, header=_scaling(
+        "yarn", **{"rope.scaling.original_context_length": 1 << 40})),
+        f"llama.rope.scaling.original_context_length = {1 << 40}"),
     "kquant_partial_block": (lambda p: write(
         p, header={"embedding_length": 384}, formats={"blk.0.attn_q.weight": "Q4_K"},
         tensors={"blk.0.attn_q.weight": (256, 384)}), "whole blocks of 256"),
