@@ -2,10 +2,11 @@
 
 The kernels read weight bytes through raw pointers, so :class:`~agentrt.models.gguf_file.GGUFFile`
 checks here, after parsing: the sizes in the metadata are positive, bounded and consistent
-(:func:`check_config`), every weight the forward pass reads is there with the shape they imply,
-whole blocks per row, inside the file (:func:`check_tensors`), and the vocabulary fits the
-embedding (:func:`check_tokens`). Each failure is a ``ValueError`` naming the file, the tensor
-or key, and what was expected.
+(:func:`check_config`), every weight the forward pass reads is there with the shape they imply
+(:func:`check_tensors`; that each is whole blocks inside the file,
+:mod:`~agentrt.models.gguf_header` checked), and the vocabulary fits the embedding
+(:func:`check_tokens`). Each failure is a ``ValueError`` naming the file, the tensor or key,
+and what was expected.
 """
 
 from __future__ import annotations
@@ -90,12 +91,10 @@ def _required(config: dict[str, Any], arch: str, fused: bool) -> list[str]:
 
 def check_tensors(path: Path, tensors: dict[str, GGUFTensor], config: dict[str, Any],
                   arch: str, fused: bool) -> None:
-    """Every weight the forward pass reads is there, of the shape the config implies, whole
-    blocks per row, and inside the file: nothing reaches the kernels otherwise. ``fused``:
-    the file keeps Q/K/V and gate/up rows in one tensor each (Phi-3)."""
-    from gguf import GGML_QUANT_SIZES
-
-    file_size = path.stat().st_size
+    """Every weight the forward pass reads is there, of the shape the config implies: nothing
+    reaches the kernels otherwise (that each tensor is whole blocks inside the file,
+    :func:`~agentrt.models.gguf_header.read_header` checked). ``fused``: the file keeps Q/K/V
+    and gate/up rows in one tensor each (Phi-3)."""
     missing = [n for n in _required(config, arch, fused) if n not in tensors]
     if missing:
         raise ValueError(f"{path}: GGUF tensor for {missing[0]} is missing"
@@ -106,14 +105,8 @@ def check_tensors(path: Path, tensors: dict[str, GGUFTensor], config: dict[str, 
         if want is not None and t.shape != want:
             raise ValueError(f"{path}: tensor {t.name!r} ({name}) has shape {list(t.shape)}; "
                              f"the model's metadata needs {list(want)}")
-        block, block_bytes = GGML_QUANT_SIZES[t.qtype]
-        if not t.shape or min(t.shape) <= 0 or t.shape[-1] % block:
-            raise ValueError(f"{path}: tensor {t.name!r} has shape {list(t.shape)}: a "
-                             f"{t.qtype.name} row must hold whole blocks of {block} values")
-        nbytes = math.prod(t.shape) // block * block_bytes
-        if t.nbytes != nbytes or t.offset + nbytes > file_size:
-            raise ValueError(f"{path}: truncated GGUF file: tensor {t.name!r} needs bytes "
-                             f"{t.offset}..{t.offset + nbytes} of a file of {file_size}")
+        if not t.shape or min(t.shape) <= 0:  # whole blocks inside the file: read_header
+            raise ValueError(f"{path}: tensor {t.name!r} has shape {list(t.shape)}")
 
 
 def check_tokens(path: Path, reader, config: dict[str, Any]) -> None:
