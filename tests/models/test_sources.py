@@ -148,3 +148,57 @@ def test_the_listing_shows_every_store(stores, tmp_path, capsys):
     assert "ollama:tiny:latest" in table and "qwen3" in table and "SOURCE" in table
     assert main(["models", "--json"]) == 0
     assert {row["name"] for row in json.loads(capsys.readouterr().out)} == set(found)
+
+
+@pytest.mark.parametrize("manifest", [
+    {"layers": {"mediaType": "application/vnd.ollama.image.model"}},  # an object, not a list
+    {"layers": "application/vnd.ollama.image.model"},
+    {"layers": [1, None, "x"]},
+    {"layers": [{"mediaType": ["application/vnd.ollama.image.model"], "digest": "sha256:"}]},
+    [{"layers": []}],
+    {"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                 "digest": "sha256:" + "0" * 64}], "pad": "x" * (1 << 20)},  # too large to read
+])
+def test_a_manifest_of_the_wrong_json_types_is_refused_and_not_listed(stores, manifest):
+    _, models = stores
+    path = models / "manifests" / "registry.ollama.ai" / "library" / "odd" / "latest"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ModelNotFoundError, match="not an Ollama manifest with a model layer"):
+        locate("ollama:odd")
+    assert "ollama:odd:latest" not in {m.name for m in list_local_models()}
+
+
+def test_a_name_too_long_for_the_file_system_is_a_miss(stores):
+    _, models = stores
+    (models / "manifests" / "registry.ollama.ai" / "library").mkdir(parents=True)
+    for name in ("a" * 300, "ollama:" + "a" * 300, "x/" + "b" * 300, "a\0b"):
+        with pytest.raises(ModelNotFoundError, match="not found"):
+            locate(name)
+
+
+def test_a_broken_link_in_the_hf_cache_is_not_a_model(stores):
+    cache, _ = stores
+    snapshot = hf_snapshot(cache, "org/half-GGUF")  # a blob deleted from under its snapshot
+    (snapshot / "half-q4_k_m.gguf").symlink_to(snapshot.parent.parent / "blobs" / "gone")
+    with pytest.raises(ModelNotFoundError, match="GGUF files: none"):
+        locate("org/half-GGUF")
+    write_gguf(snapshot / "half-q8_0.gguf")
+    assert locate("org/half-GGUF") == (snapshot / "half-q8_0.gguf", "huggingface")
+
+
+@pytest.mark.parametrize("config", ["[1, 2]", '{"model_type": 5, "torch_dtype": ["f"]}', "nul"])
+def test_an_odd_config_is_listed_without_details(stores, capsys, config):
+    cache, _ = stores
+    (hf_snapshot(cache, "org/odd") / "config.json").write_text(config)
+    found = {m.name: m for m in list_local_models()}
+    assert (found["org/odd"].architecture, found["org/odd"].format) == (None, None)
+    assert main(["models"]) == 0 and "org/odd" in capsys.readouterr().out
+
+
+def test_a_hub_id_without_an_organization_resolves_as_it_is_listed(stores):
+    cache, _ = stores  # the hub's oldest models (gpt2, bert-base-uncased) have no organization
+    snapshot = hf_snapshot(cache, "gpt2")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    assert "gpt2" in {m.name for m in list_local_models()}
+    assert locate("gpt2") == (snapshot, "huggingface")
