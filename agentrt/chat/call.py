@@ -62,6 +62,9 @@ class ChatCall:
     """How the model writes tool calls (what the grammar forces and the parser reads)."""
     reasoning: Reasoning = "none"
     """Whether the output may hold ``<think>`` reasoning (or starts inside it)."""
+    can_call_tools: bool = True
+    """False when the request has no tools or ``tool_choice="none"``: the output holds no
+    calls, and text that looks like one (a Llama 3 JSON answer ``{"name": …}``) is the answer."""
     call: Call | None = None
     """The backend call, once started: its counters (cached / prefilled tokens)."""
     markers: MarkerTokenizer | None = None
@@ -131,13 +134,14 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                                     parallel_tool_calls=parallel_tool_calls, tool_format=fmt,
                                     reasoning=reasoning)
         grammar = _output_grammar(tag)
-    markers = marker_tokenizer(tokenizer, fmt.open_tags) if tools else None
+    can_call_tools = bool(tools) and choice != "none"
+    markers = marker_tokenizer(tokenizer, fmt.open_tags) if can_call_tools else None
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=tuple(stop), grammar=grammar,
                             skip_special_tokens=markers is None,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
     call = ChatCall(backend, prompt_ids, params, timeout=timeout, tool_format=fmt,
-                    reasoning=reasoning, markers=markers)
+                    reasoning=reasoning, can_call_tools=can_call_tools, markers=markers)
     if request_id is not None:
         call.request_id = request_id
     return call
@@ -188,7 +192,8 @@ class ChatProgress:
 
     def __init__(self, call: ChatCall) -> None:
         self.call = call
-        self.parser = ToolCallStream(call.tool_format, reasoning=call.reasoning)
+        self.parser = ToolCallStream(call.tool_format, reasoning=call.reasoning,
+                                     can_call=call.can_call_tools)
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self.num_output_tokens = 0

@@ -83,14 +83,16 @@ class ToolCallStream:
 
     ``reasoning``: ``"detect"`` reads ``<think>…</think>`` as reasoning, ``"open"`` starts
     inside such a block (the prompt opened it), ``"none"`` (default) has no reasoning syntax.
+    ``can_call=False`` (a request with no tools, or ``tool_choice="none"``) reads no calls:
+    what looks like one is answer text.
     """
 
     def __init__(self, tool_format: ToolCallFormat = HERMES, *,
-                 reasoning: Reasoning = "none") -> None:
+                 reasoning: Reasoning = "none", can_call: bool = True) -> None:
         self.format = tool_format
         self.tool_calls: list[ToolCall] = []
         self.invalid_tool_calls: list[InvalidToolCall] = []
-        self._markers = tool_format.open_tags + tool_format.bare_opens
+        self._markers = tool_format.open_tags + tool_format.bare_opens if can_call else ()
         if reasoning != "none":
             self._markers += (THINK_OPEN,)
         self._pending = ""  # text that may be the start of a marker
@@ -142,7 +144,7 @@ class ToolCallStream:
         data = self._pending + text
         found, marker = _find_first(data, self._markers)
         if marker is None:
-            keep = max(_partial_tag_len(data, m) for m in self._markers)
+            keep = max((_partial_tag_len(data, m) for m in self._markers), default=0)
             out.content += data[: len(data) - keep]
             self._pending = data[len(data) - keep :]
             return ""
@@ -260,8 +262,9 @@ class ToolCallStream:
         elif isinstance(event, Piece) and event.kind == "argument":
             self._on_argument(call, event, out)
         elif isinstance(event, CallEnd):
-            self._emit(out, call, "}" if call.args else "{}")
-            call.state = "closing"
+            call.state, call.error = "closing", _call_error("".join(call.raw))
+            if call.error is None:  # NOTE: an invalid call's arguments JSON stays unclosed
+                self._emit(out, call, "}" if call.args else "{}")
         elif isinstance(event, ParseError):
             call.state, call.error = "error", event.message
 
@@ -294,7 +297,7 @@ class ToolCallStream:
 
     def _end_call(self, call: _Call) -> None:
         self._call = None
-        if call.state == "closing" and call.name is not None:
+        if call.state == "closing" and call.name is not None and call.error is None:
             self.tool_calls.append({"name": call.name, "args": call.args, "id": call.id,
                                     "type": "tool_call"})
             return
@@ -302,6 +305,35 @@ class ToolCallStream:
         self.invalid_tool_calls.append({"name": call.name, "args": "".join(call.raw).strip(),
                                         "id": call.id, "error": error,
                                         "type": "invalid_tool_call"})
+
+
+class _Object(list):
+    """A JSON object's (key, value) pairs, in order (duplicates kept)."""
+
+
+_JSON_TYPES = {str: "a string", list: "an array", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
+
+
+def _call_error(raw: str) -> str | None:
+    """Why a call object that parsed is still not a call (None: it is one): its arguments
+    are not an object, or it names its tool (or gives its arguments) twice, or by ``""``."""
+    try:
+        root = json.loads(raw, strict=False, object_pairs_hook=_Object)
+    except ValueError as exc:  # pragma: no cover - the streaming parser accepted it
+        return f"invalid JSON in tool call: {exc}"
+    keys = [key for key, _ in root]
+    if keys.count("name") > 1:
+        return "invalid tool call: it names its tool twice"
+    if dict(root)["name"] == "":
+        return "invalid tool call: an empty tool name"
+    arguments = [value for key, value in root if key in ("arguments", "parameters")]
+    if len(arguments) > 1:
+        return "invalid tool call: more than one arguments object"
+    if arguments and not isinstance(arguments[0], _Object):
+        kind = _JSON_TYPES.get(type(arguments[0]), "not an object")
+        return f"invalid tool call: the arguments must be a JSON object, got {kind}"
+    return None
 
 
 def _find_first(data: str, markers: tuple[str, ...]) -> tuple[int, str | None]:
