@@ -159,9 +159,10 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
     files = sorted(p.name for p in snapshot.glob("*.gguf") if p.is_file())  # not broken links
     chosen = _pick_gguf(files, pick)
     if chosen is None:
-        want = f"a .gguf matching {pick!r}" if pick else "config.json or exactly one .gguf"
+        why = f"no single .gguf matches {pick!r}" if pick else \
+            "neither config.json nor exactly one .gguf"
         choices = ", ".join(f"{repo_id}:{f}" for f in files) or "none"
-        misses.append(_Miss(f"Hugging Face cache {snapshot}", f"no {want}; GGUF files: {choices}"))
+        misses.append(_Miss(f"Hugging Face cache {snapshot}", f"{why}; GGUF files: {choices}"))
         return None
     return snapshot / chosen
 
@@ -207,11 +208,15 @@ def _hf_snapshot(repo_id: str, cache: Path) -> Path | None:
 
 
 def _pick_gguf(files: list[str], pick: str | None) -> str | None:
+    """The one file ``pick`` names: by its whole name, else by a whole part of it (``Q6_K``
+    is ``x-Q6_K.gguf``, not ``x-Q6_K_L.gguf``), else by any part (case-insensitive)."""
     if pick is None:
         return files[0] if len(files) == 1 else None
+    part = re.compile(rf"(?:^|[-.]){re.escape(pick)}(?:[-.]|$)", re.IGNORECASE)
     exact = [f for f in files if f in (pick, f"{pick}.gguf")]
+    whole = [f for f in files if part.search(f.removesuffix(".gguf"))]
     loose = [f for f in files if pick.lower() in f.lower()]
-    candidates = exact or loose
+    candidates = exact or whole or loose
     return candidates[0] if len(candidates) == 1 else None
 
 

@@ -202,3 +202,18 @@ def test_a_hub_id_without_an_organization_resolves_as_it_is_listed(stores):
     (snapshot / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     assert "gpt2" in {m.name for m in list_local_models()}
     assert locate("gpt2") == (snapshot, "huggingface")
+
+
+def test_a_quantization_pick_is_not_ambiguous_with_its_longer_variants(stores):
+    cache, _ = stores  # bartowski's repositories: Q6_K beside Q6_K_L, Q4_0 beside Q4_0_4_4
+    snapshot = hf_snapshot(cache, "org/tiny-GGUF")
+    names = ["tiny-Q6_K.gguf", "tiny-Q6_K_L.gguf", "tiny-Q4_0.gguf", "tiny-Q4_0_4_4.gguf",
+             "tiny.Q8_0.gguf"]
+    for name in names:
+        write_gguf(snapshot / name)
+    for pick, name in [("Q6_K", "tiny-Q6_K.gguf"), ("q6_k_l", "tiny-Q6_K_L.gguf"),
+                       ("Q4_0", "tiny-Q4_0.gguf"), ("Q4_0_4_4", "tiny-Q4_0_4_4.gguf"),
+                       ("q8_0", "tiny.Q8_0.gguf"), ("tiny-Q6_K", "tiny-Q6_K.gguf")]:
+        assert locate(f"org/tiny-GGUF:{pick}") == (snapshot / name, "huggingface"), pick
+    with pytest.raises(ModelNotFoundError, match="no single .gguf matches 'Q6'"):
+        locate("org/tiny-GGUF:Q6")  # a part of two quantizations: still ambiguous
