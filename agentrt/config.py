@@ -16,6 +16,7 @@ __all__ = ["EngineConfig"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 Quantization = Literal["auto", "gguf", "none", "int8", "int4"]
 GGUFActivations = Literal["auto", "float32", "int8"]
+CpuDecodeThreads = Literal["adaptive", "fixed"]
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 """What ``device`` may be (``re.fullmatch``)."""
 CPU_ONLY_QUANTIZATIONS = frozenset({"gguf", "int8", "int4"})
@@ -98,6 +99,11 @@ class EngineConfig:
     is always eager."""
     num_threads: int | None = None
     """torch intra-op threads; None = leave torch's default."""
+    cpu_decode_threads: CpuDecodeThreads = "adaptive"
+    """Threads of a CPU decode step (the one C++ call of ``enforce_eager=False``):
+    ``"adaptive"`` runs all the intra-op threads while each gets its CPU and fewer while other
+    processes take cores (a tool's subprocess, another program), probing back up every few
+    steps (``agentrt.engine.cpu_threads``); ``"fixed"`` always runs all of them."""
     interception_handling: str = "least-waste"
     """What happens to a paused request's KV: a name in :data:`agentrt.intercept.HANDLINGS`
     (preserve, discard, swap, least-waste)."""
@@ -227,6 +233,11 @@ class EngineConfig:
         if self.gguf_activations not in get_args(GGUFActivations):
             raise ValueError(f"unknown gguf_activations {self.gguf_activations!r}; choose from "
                              f"{list(get_args(GGUFActivations))}")
+        if self.cpu_decode_threads not in get_args(CpuDecodeThreads):
+            raise ValueError(f"unknown cpu_decode_threads {self.cpu_decode_threads!r}; choose "
+                             f"from {list(get_args(CpuDecodeThreads))}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 (or None), got {self.num_threads}")
         self._check_device()
         self._check_policies()
         self._check_names()

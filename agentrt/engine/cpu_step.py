@@ -5,9 +5,11 @@ from Python costs as much as a third of the step (SmolLM2-135M at batch 1). When
 layer runs a GGUF file's own blocks on agentrt's kernels and attention is the ``cpu`` backend,
 :class:`CpuDecodeSteps` hands each decode-only step (every sequence one new token) to
 :class:`agentrt_kernels.cpu.decode_step.DecodeStep`, which runs the same kernels in the same
-order in C++. Prefill and mixed steps, larger batches than the linear kernels take at once,
-and any other model run the Python forward pass. ``EngineConfig(enforce_eager=True)`` turns it
-off.
+order in C++, the output head included where its weight is GGUF blocks too. Prefill and
+mixed steps, larger batches than the linear kernels take at once, and any other model run the
+Python forward pass. ``EngineConfig(enforce_eager=True)`` turns it off. Each step's team of
+threads is sized by a :class:`~agentrt.engine.cpu_threads.ThreadGovernor` (fewer threads while
+other processes take cores) unless ``EngineConfig(cpu_decode_threads="fixed")``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from agentrt.attention.base import AttentionBackend, AttentionMetadata
+from agentrt.engine.cpu_threads import ThreadGovernor
 from agentrt.models.llama import LlamaModel
 
 __all__ = ["CpuDecodeSteps"]
@@ -23,19 +26,24 @@ __all__ = ["CpuDecodeSteps"]
 class CpuDecodeSteps:
     """Runs decode-only steps of ``model`` through one C++ call; see the module docs."""
 
-    def __init__(self, model: LlamaModel, backend: AttentionBackend, step, max_tokens: int
-                 ) -> None:
+    def __init__(self, model: LlamaModel, backend: AttentionBackend, step, max_tokens: int,
+                 governor: ThreadGovernor | None = None) -> None:
         self.model, self.backend, self.step = model, backend, step
         self.max_tokens = max_tokens
         """The most tokens (sequences) one call takes; larger steps run in Python."""
+        self.governor = governor
+        """Sizes each step's team of threads; None: always ``torch.get_num_threads()``."""
         self.num_steps = 0
         """Decode steps this ran."""
+        self._usage = torch.zeros(1, dtype=torch.float64)
 
     @classmethod
-    def build(cls, model: LlamaModel, backend: AttentionBackend) -> CpuDecodeSteps | None:
+    def build(cls, model: LlamaModel, backend: AttentionBackend, *, adaptive_threads: bool = True
+              ) -> CpuDecodeSteps | None:
         """The runner, or None where it cannot run: a model off the CPU or not in float32, an
         attention backend other than ``cpu``, a linear layer that is not GGUF blocks on the C
-        kernels, or kernels that are not built here."""
+        kernels, or kernels that are not built here. ``adaptive_threads``: size each step's
+        team with a :class:`ThreadGovernor` (else always the whole team)."""
         if model.device.type != "cpu" or model.dtype != torch.float32 or backend.name != "cpu":
             return None
         from agentrt_kernels.cpu.decode_step import DecodeStep, LayerWeights
@@ -50,14 +58,20 @@ class CpuDecodeSteps:
                 k_norm=layer.k_norm, qkv=layer.qkv, o=layer.o_proj, gate_up=layer.gate_up,
                 down=layer.down, k_slots=k_slots, v_slots=v_slots))
         step = DecodeStep.build(layers, model.norm, heads=c.num_heads, kv_heads=c.num_kv_heads,
-                                head_dim=c.head_dim, eps=model.eps, scale=backend.scale)
-        return None if step is None else cls(model, backend, step, MAX_KERNEL_ROWS)
+                                head_dim=c.head_dim, eps=model.eps, scale=backend.scale,
+                                head=model.lm_head)
+        if step is None:
+            return None
+        return cls(model, backend, step, MAX_KERNEL_ROWS,
+                   ThreadGovernor() if adaptive_threads else None)
 
-    def run(self, input_ids: torch.Tensor, positions: torch.Tensor,
-            meta: AttentionMetadata) -> torch.Tensor | None:
-        """Hidden states (T, hidden) after the final norm, like ``model.forward``; None (nothing
-        done, nothing planned) unless every sequence of the step has exactly one new token and
-        there are at most :attr:`max_tokens` of them."""
+    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+            ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """``(hidden, logits)``: the hidden states (T, hidden) after the final norm, like
+        ``model.forward``, and the float32 logits (T, vocab) where the step ran the output head
+        (else None: ``model.logits`` is the caller's); None (nothing done, nothing planned)
+        unless every sequence of the step has exactly one new token and there are at most
+        :attr:`max_tokens` of them."""
         t = input_ids.numel()
         if t == 0 or t > self.max_tokens or meta.num_seqs != t:
             return None
@@ -66,6 +80,16 @@ class CpuDecodeSteps:
         x = self.model.embed(input_ids).to(torch.float32).contiguous()
         cos = self.model.cos[positions].contiguous()
         sin = self.model.sin[positions].contiguous()
-        hidden = self.step.run(x, cos, sin, meta.slot_mapping, slots, lens, rows, max_len)
+        limit = torch.get_num_threads()
+        threads = limit if self.governor is None else self.governor.team(limit)
+        if self._usage.numel() < 1 + 2 * threads:
+            self._usage = torch.zeros(1 + 2 * threads, dtype=torch.float64)
+        usage = None if self.governor is None else self._usage
+        logits = None if self.step.vocab is None else torch.empty(t, self.step.vocab)
+        hidden = self.step.run(x, cos, sin, meta.slot_mapping, slots, lens, rows, max_len,
+                               logits=logits, num_threads=threads, usage=usage)
+        if usage is not None:
+            u = usage[:1 + 2 * threads].tolist()
+            self.governor.observe(u[0], u[1::2], u[2::2])
         self.num_steps += 1
-        return hidden
+        return hidden, logits

@@ -69,7 +69,9 @@ class LLMEngine:
             profile(self)
         self._init_cuda_graphs()
         if not config.enforce_eager:  # None off the CPU or for models it cannot run
-            self.runner.cpu_steps = CpuDecodeSteps.build(self.model, self.backend)
+            self.runner.cpu_steps = CpuDecodeSteps.build(
+                self.model, self.backend,
+                adaptive_threads=config.cpu_decode_threads == "adaptive")
 
     # --- construction ----------------------------------------------------------------------
     def _init_threads(self) -> None:

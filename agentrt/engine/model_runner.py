@@ -73,19 +73,20 @@ class ModelRunner:
         meta, positions = build_metadata(out, self.page_size)
         input_ids = torch.tensor(ids, dtype=torch.int64)
         batch_size = self.graphs.padded_size(meta) if self.graphs is not None else None
-        hidden = None
+        hidden = logits = None
         if batch_size is not None:
             hidden = self.graphs.run(input_ids, positions, meta, batch_size)
         elif self.cpu_steps is not None:
-            hidden = self.cpu_steps.run(input_ids, positions, meta)
+            hidden, logits = self.cpu_steps.run(input_ids, positions, meta) or (None, None)
         if hidden is None:
             self.backend.plan(meta)
             hidden = self.model.forward(self._to_device(input_ids), self._to_device(positions))
         if not sample_rows:
             return hidden.new_empty((0, 0), dtype=torch.float32)
         if len(sample_rows) != hidden.shape[0]:
-            hidden = hidden[self._to_device(torch.tensor(sample_rows))]
-        return self.model.logits(hidden)
+            rows = self._to_device(torch.tensor(sample_rows))
+            hidden, logits = hidden[rows], None if logits is None else logits[rows]
+        return self.model.logits(hidden) if logits is None else logits
 
     def _to_device(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor on the model's device (pinned, then an asynchronous copy)."""

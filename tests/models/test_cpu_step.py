@@ -93,3 +93,72 @@ def test_a_layer_whose_shapes_disagree_keeps_the_python_forward(tmp_path):
         assert CpuDecodeSteps.build(model, backend) is None
     finally:
         layer.o_proj = kept
+
+
+def _run(core: LLMEngine, prompts, max_tokens: int) -> list:
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, logprobs=0)
+    reqs = [core.add_request(p, params) for p in prompts]
+    while core.has_unfinished():
+        core.step()
+    return reqs
+
+
+def _q8_engine(tmp_path, **config) -> LLMEngine:
+    hf, arch, name = build("llama", **KQUANT_SIZED)
+    path = write_gguf(hf, tmp_path / "llama.gguf", arch, name, _qtype("Q8_0"),
+                      tokenizer=tiny_tokenizer)
+    return LLMEngine(EngineConfig(model=str(path), num_blocks=64, profile_on_start=False,
+                                  **config))
+
+
+def test_the_step_reports_what_each_thread_got_of_its_cpu(tmp_path):
+    """The governor's observations (``agentrt.engine.cpu_threads``): the step's wall time, and
+    per team thread its CPU time (at most the wall time) and its involuntary switches."""
+    core = _q8_engine(tmp_path, num_threads=2)
+    steps = core.runner.cpu_steps
+    assert steps.step.vocab == core.model.lm_head.out_features  # the head runs in the step
+    seen = []
+    steps.governor.team = lambda limit: limit  # the whole team, whatever the machine's load
+    steps.governor.observe = lambda *usage: seen.append(usage)
+    _run(core, PROMPTS[:1], 6)
+    assert len(seen) >= 4
+    for wall, cpu, preempted in seen:
+        assert 0 < wall < 10
+        assert len(cpu) == len(preempted) == 2
+        assert all(0 <= c <= wall + 2e-3 for c in cpu)
+        assert all(p >= 0 and p == int(p) for p in preempted)
+        assert cpu[0] > 0  # the calling thread ran the step
+
+
+def test_every_team_size_gives_the_same_tokens_and_logprobs(tmp_path):
+    """Rows are split between threads, never a sum: one thread or two, the same floats."""
+    runs = {}
+    for team in (1, 2):
+        core = _q8_engine(tmp_path, num_threads=2)
+        core.runner.cpu_steps.governor.team = lambda limit, team=team: team
+        reqs = _run(core, PROMPTS[:2], 8)
+        assert core.runner.cpu_steps.num_steps >= 5
+        runs[team] = [(r.output_token_ids, r.logprobs) for r in reqs]
+    assert runs[1] == runs[2]
+
+
+def test_bad_team_sizes_and_buffers_are_refused(tmp_path):
+    import torch
+
+    step = _q8_engine(tmp_path).runner.cpu_steps.step
+    args = (torch.zeros(1, step.hidden), torch.zeros(1, 64), torch.zeros(1, 64),
+            torch.zeros(1, dtype=torch.int64), torch.zeros(1, 1, dtype=torch.int64),
+            torch.ones(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), 1)
+    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+        step.run(*args, num_threads=0)
+    with pytest.raises(ValueError, match="usage must be"):
+        step.run(*args, num_threads=2, usage=torch.zeros(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="logits must be"):
+        step.run(*args, logits=torch.zeros(1, 7))
+
+
+def test_fixed_threads_run_without_a_governor(tmp_path):
+    core = _q8_engine(tmp_path, cpu_decode_threads="fixed")
+    assert core.runner.cpu_steps.governor is None
+    _run(core, PROMPTS[:1], 3)
+    assert core.runner.cpu_steps.num_steps >= 2

@@ -6,8 +6,11 @@
 // RMSNorm and RoPE round exactly as the torch reference does (separate multiplies and adds;
 // built with -ffp-contract=off), except that RMSNorm sums its squares in another order.
 #include <immintrin.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <cmath>
 #include <vector>
@@ -271,30 +274,83 @@ struct ModelDesc {
     const float* final_norm;
     int64_t num_layers, hidden, heads, kv_heads, head_dim, inter;
     float eps, scale;
+    LinearDesc head;  // the output head (hidden -> vocab), or count 0: none here
 };
 
 struct StepArgs {
     int64_t T;                  // tokens, one per sequence
     float* x;                   // (T, hidden) residual stream: the embeddings in, updated
     float* out;                 // (T, hidden) the final norm's output
+    float* logits;              // (T, vocab) the head's output, or null: not computed
     const float *cos, *sin;     // (T, head_dim) rows of each token's position
     const int64_t* slot_mapping;  // (T,) KV slot each token writes
     const int64_t *slots, *lens, *rows;  // decode plan: see agentrt_decode_attention
     int64_t max_len;
     float* scratch;             // agentrt_decode_step_scratch(model, T) floats
     int32_t num_threads;
+    double* usage;              // null, or 1 + 2 * num_threads doubles: see step_usage
 };
+
+// ---- what each thread of the step's team got of its CPU ----
+//
+// usage[0] = the step's wall seconds; for team thread i, usage[1 + 2i] = its CPU seconds and
+// usage[2 + 2i] = its involuntary context switches (the times the kernel took its CPU away)
+// during the step; -1 where a thread of the closing team did not open it.
+
+static double seconds(clockid_t clock) {
+    timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void thread_usage(double* cpu, double* preempted) {
+    rusage u;
+    getrusage(RUSAGE_THREAD, &u);
+    *cpu = seconds(CLOCK_THREAD_CPUTIME_ID);
+    *preempted = (double)u.ru_nivcsw;
+}
+
+static thread_local double opened_cpu, opened_preempted;
+static thread_local const void* opened_by = nullptr;
+
+static void open_usage(const StepArgs* a) {
+    if (!a->usage) return;
+    a->usage[0] = seconds(CLOCK_MONOTONIC);
+    #pragma omp parallel num_threads(a->num_threads)
+    {
+        thread_usage(&opened_cpu, &opened_preempted);
+        opened_by = a;
+    }
+}
+
+static void close_usage(const StepArgs* a) {
+    if (!a->usage) return;
+    #pragma omp parallel num_threads(a->num_threads)
+    {
+        const int i = omp_get_thread_num();
+        double cpu, preempted;
+        thread_usage(&cpu, &preempted);
+        a->usage[1 + 2 * i] = opened_by == a ? cpu - opened_cpu : -1.0;
+        a->usage[2 + 2 * i] = opened_by == a ? preempted - opened_preempted : -1.0;
+        opened_by = nullptr;
+    }
+    a->usage[0] = seconds(CLOCK_MONOTONIC) - a->usage[0];
+}
 
 static int64_t qkv_width(const ModelDesc* m) { return (m->heads + 2 * m->kv_heads) * m->head_dim; }
 
 extern "C" int64_t agentrt_decode_step_scratch(const ModelDesc* m, int64_t T) {
     int64_t widest = 0;  // a part's own output before it is placed among the others
+    auto widen = [&widest](const LinearDesc& l) {
+        if (l.count > 1)
+            for (int64_t p = 0; p < l.count; ++p)
+                widest = l.parts[p].N > widest ? l.parts[p].N : widest;
+    };
     for (int64_t i = 0; i < m->num_layers; ++i)
         for (const LinearDesc* l : {&m->layers[i].qkv, &m->layers[i].o, &m->layers[i].gate_up,
                                     &m->layers[i].down})
-            if (l->count > 1)
-                for (int64_t p = 0; p < l->count; ++p)
-                    widest = l->parts[p].N > widest ? l->parts[p].N : widest;
+            widen(*l);
+    widen(m->head);
     return T * (m->hidden + qkv_width(m) + m->heads * m->head_dim + m->hidden +
                 3 * m->inter + widest);
 }
@@ -326,8 +382,9 @@ static int32_t run_linear(const LinearDesc& l, const float* x, int64_t T, float*
 
 // The decode step: for each layer, norm -> QKV (+ q/k norm) -> RoPE -> KV write -> attention
 // -> O -> residual + norm -> gate/up -> SiLU * up -> down -> residual + next norm; `out` gets
-// the last norm. 0, or -1 where a kernel refused (nothing is then valid).
-extern "C" int32_t agentrt_decode_step(const ModelDesc* m, const StepArgs* a) {
+// the last norm, `logits` (when asked and the model has a head here) the head's output. 0, or
+// -1 where a kernel refused (nothing is then valid).
+static int32_t decode_step(const ModelDesc* m, const StepArgs* a) {
     const int64_t T = a->T, H = m->hidden, D = m->head_dim, W = qkv_width(m);
     const int64_t q_size = m->heads * D, kv_size = m->kv_heads * D;
     float* h = a->scratch;
@@ -369,5 +426,15 @@ extern "C" int32_t agentrt_decode_step(const ModelDesc* m, const StepArgs* a) {
         const float* next = i + 1 < m->num_layers ? m->layers[i + 1].input_norm : m->final_norm;
         agentrt_add_rms_norm(a->x, proj, next, i + 1 < m->num_layers ? h : a->out, T, H, m->eps);
     }
+    if (a->logits && m->head.count && run_linear(m->head, a->out, T, a->logits, tmp,
+                                                 a->num_threads))
+        return -1;
     return 0;
+}
+
+extern "C" int32_t agentrt_decode_step(const ModelDesc* m, const StepArgs* a) {
+    open_usage(a);
+    const int32_t rc = decode_step(m, a);
+    close_usage(a);
+    return rc;
 }

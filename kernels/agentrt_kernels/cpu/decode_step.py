@@ -43,13 +43,14 @@ class _Layer(ctypes.Structure):
 class _Model(ctypes.Structure):
     _fields_ = [("layers", ctypes.POINTER(_Layer)), ("final_norm", _p), ("num_layers", _i64),
                 ("hidden", _i64), ("heads", _i64), ("kv_heads", _i64), ("head_dim", _i64),
-                ("inter", _i64), ("eps", _f32), ("scale", _f32)]
+                ("inter", _i64), ("eps", _f32), ("scale", _f32), ("head", _Linear)]
 
 
 class _Args(ctypes.Structure):
-    _fields_ = [("T", _i64), ("x", _p), ("out", _p), ("cos", _p), ("sin", _p),
+    _fields_ = [("T", _i64), ("x", _p), ("out", _p), ("logits", _p), ("cos", _p), ("sin", _p),
                 ("slot_mapping", _p), ("slots", _p), ("lens", _p), ("rows", _p),
-                ("max_len", _i64), ("scratch", _p), ("num_threads", _i32)]
+                ("max_len", _i64), ("scratch", _p), ("num_threads", _i32),
+                ("usage", _p)]
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class DecodeStep:
 
     def __init__(self, lib: ctypes.CDLL, layers: Sequence[LayerWeights],
                  final_norm: torch.Tensor, *, heads: int, kv_heads: int, head_dim: int,
-                 eps: float, scale: float) -> None:
+                 eps: float, scale: float, head: object | None = None) -> None:
         self._lib = lib
         self._keep: list[object] = []
         descs = (_Layer * len(layers))()
@@ -99,19 +100,28 @@ class DecodeStep:
         hidden = layers[0].input_norm.numel()
         inter = linear_parts(layers[0].down)[0].in_features
         self.hidden = hidden
+        runs_head = _head_runs(head, hidden)
+        self.vocab: int | None = (sum(p.out_features for p in linear_parts(head))
+                                  if runs_head else None)
+        """The output head's width where the step can compute logits (:meth:`run`), else
+        None (the caller runs the head)."""
         self._model = _Model(descs, self._ptr(final_norm), len(layers), hidden, heads, kv_heads,
-                             head_dim, inter, eps, scale)
+                             head_dim, inter, eps, scale,
+                             self._linear(head) if runs_head else _Linear(None, 0, 0, 0))
         self._keep.append(descs)
         self._scratch: dict[int, torch.Tensor] = {}
 
     @classmethod
     def build(cls, layers: Sequence[LayerWeights], final_norm: torch.Tensor, *, heads: int,
-              kv_heads: int, head_dim: int, eps: float, scale: float) -> DecodeStep | None:
+              kv_heads: int, head_dim: int, eps: float, scale: float,
+              head: object | None = None) -> DecodeStep | None:
         """The step, or None where it cannot run: no compiled kernel, a linear layer that is not
         GGUF blocks on the C kernel, a shape the kernels do not take (head_dim a multiple of 16
         up to 256, at most 8 query heads per KV head, widths multiples of 16), a weight, norm or
         KV slot array whose shape disagrees with the heads and the first layer's sizes (the C
-        code would read past it), non-float32 or non-contiguous tensors."""
+        code would read past it), non-float32 or non-contiguous tensors. ``head``: the output
+        head (hidden -> vocab), computed in the step where it is GGUF blocks on the C kernel of
+        a width the kernels take (:attr:`vocab`); otherwise the caller runs it."""
         lib = _lib()
         if lib is None or not layers:
             return None
@@ -133,16 +143,24 @@ class DecodeStep:
             return None
         _declare(lib)
         return cls(lib, layers, final_norm, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                   eps=eps, scale=scale)
+                   eps=eps, scale=scale, head=head)
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
             slot_mapping: torch.Tensor, slots: torch.Tensor, lens: torch.Tensor,
-            rows: torch.Tensor, max_len: int) -> torch.Tensor:
+            rows: torch.Tensor, max_len: int, *, logits: torch.Tensor | None = None,
+            num_threads: int | None = None, usage: torch.Tensor | None = None) -> torch.Tensor:
         """The final norm's output (T, hidden) for the embedded tokens ``x`` (T, hidden), each
         the single new token of one sequence. ``x`` is overwritten (the residual stream); every
         layer's K and V of the tokens are written to ``slot_mapping``; ``slots``/``lens``/
         ``rows``/``max_len`` are the attention plan (see ``decode_attention``): int64,
         contiguous. ``cos``/``sin``: (T, head_dim) float32 rows of the tokens' positions.
+
+        ``logits``: None, or a contiguous float32 (T, :attr:`vocab`) tensor that receives the
+        output head's logits (only where :attr:`vocab` is not None).
+        ``num_threads``: the step's OpenMP team (default ``torch.get_num_threads()``).
+        ``usage``: None, or a contiguous float64 tensor of at least ``1 + 2 * num_threads``
+        values that receives the step's wall seconds, then for each team thread its CPU
+        seconds and its involuntary context switches during the step (-1: not measured).
 
         Raises:
             RuntimeError: a kernel refused (no output is valid).
@@ -153,9 +171,23 @@ class DecodeStep:
         if scratch is None:
             size = self._lib.agentrt_decode_step_scratch(ctypes.byref(self._model), t)
             scratch = self._scratch[t] = torch.empty(size, dtype=torch.float32)
-        args = _Args(t, x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+        threads = torch.get_num_threads() if num_threads is None else num_threads
+        if threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {threads}")
+        if usage is not None and (usage.dtype != torch.float64 or not usage.is_contiguous()
+                                  or usage.numel() < 1 + 2 * threads):
+            raise ValueError(f"usage must be a contiguous float64 tensor of at least "
+                             f"{1 + 2 * threads} values")
+        if logits is not None and (self.vocab is None or logits.dtype != torch.float32
+                                   or not logits.is_contiguous()
+                                   or tuple(logits.shape) != (t, self.vocab)):
+            raise ValueError(f"logits must be a contiguous float32 ({t}, {self.vocab}) tensor "
+                             f"(and the step must run the head)")
+        args = _Args(t, x.data_ptr(), out.data_ptr(),
+                     None if logits is None else logits.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                      slot_mapping.data_ptr(), slots.data_ptr(), lens.data_ptr(), rows.data_ptr(),
-                     max_len, scratch.data_ptr(), torch.get_num_threads())
+                     max_len, scratch.data_ptr(), threads,
+                     None if usage is None else usage.data_ptr())
         if self._lib.agentrt_decode_step(ctypes.byref(self._model), ctypes.byref(args)):
             raise RuntimeError("agentrt_decode_step: a kernel refused its input")
         return out
@@ -201,6 +233,14 @@ def _shapes_agree(layers: Sequence[LayerWeights], final_norm: torch.Tensor, head
                for t in (layer.k_slots, layer.v_slots)):
             return False
     return final_norm.numel() == hidden
+
+
+def _head_runs(head: object | None, hidden: int) -> bool:
+    """The step can run ``head``: GGUF blocks on the C kernel, hidden in, widths the kernels
+    take."""
+    parts = None if head is None else linear_parts(head)
+    return parts is not None and all(p.in_features == hidden and p.out_features % 16 == 0
+                                     for p in parts)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
