@@ -252,8 +252,9 @@ class ToolCallStream:
 
     def _on_event(self, call: _Call, event: Any, out: StreamPiece) -> None:
         if isinstance(event, ToolName):
-            call.name = event.name
-            self._emit(out, call, "", name=event.name)
+            if call.name is None:  # a second name makes the call invalid (at its end)
+                call.name = event.name
+                self._emit(out, call, "", name=event.name)
         elif isinstance(event, Piece) and event.kind == "delta":
             if call.open_key != event.key:
                 self._emit(out, call, self._separator(call) + json.dumps(event.key) + ': "')
@@ -262,9 +263,12 @@ class ToolCallStream:
         elif isinstance(event, Piece) and event.kind == "argument":
             self._on_argument(call, event, out)
         elif isinstance(event, CallEnd):
-            call.state, call.error = "closing", _call_error("".join(call.raw))
-            if call.error is None:  # NOTE: an invalid call's arguments JSON stays unclosed
+            call.state = "closing"
+            call.error, written = _check_call("".join(call.raw))
+            if call.error is None:
                 self._emit(out, call, "}" if call.args else "{}")
+            elif written and not call.args and call.open_key is None:
+                self._emit(out, call, written)  # NOTE: so merged chunks hold no call {} either
         elif isinstance(event, ParseError):
             call.state, call.error = "error", event.message
 
@@ -315,25 +319,28 @@ _JSON_TYPES = {str: "a string", list: "an array", int: "a number", float: "a num
                bool: "a boolean", type(None): "null"}
 
 
-def _call_error(raw: str) -> str | None:
+def _check_call(raw: str) -> tuple[str | None, str]:
     """Why a call object that parsed is still not a call (None: it is one): its arguments
-    are not an object, or it names its tool (or gives its arguments) twice, or by ``""``."""
+    are not an object, or it names its tool (or gives its arguments) twice, or by ``""``;
+    and arguments that are not an object as JSON text (what their chunk streams)."""
     try:
         root = json.loads(raw, strict=False, object_pairs_hook=_Object)
     except ValueError as exc:  # pragma: no cover - the streaming parser accepted it
-        return f"invalid JSON in tool call: {exc}"
+        return f"invalid JSON in tool call: {exc}", ""
     keys = [key for key, _ in root]
     if keys.count("name") > 1:
-        return "invalid tool call: it names its tool twice"
+        return "invalid tool call: it names its tool twice", ""
     if dict(root)["name"] == "":
-        return "invalid tool call: an empty tool name"
+        return "invalid tool call: an empty tool name", ""
     arguments = [value for key, value in root if key in ("arguments", "parameters")]
     if len(arguments) > 1:
-        return "invalid tool call: more than one arguments object"
+        return "invalid tool call: more than one arguments object", ""
     if arguments and not isinstance(arguments[0], _Object):
         kind = _JSON_TYPES.get(type(arguments[0]), "not an object")
-        return f"invalid tool call: the arguments must be a JSON object, got {kind}"
-    return None
+        plain = json.loads(raw, strict=False)  # the value without _Object pairs
+        written = json.dumps(plain.get("arguments", plain.get("parameters")), ensure_ascii=False)
+        return f"invalid tool call: the arguments must be a JSON object, got {kind}", written
+    return None, ""
 
 
 def _find_first(data: str, markers: tuple[str, ...]) -> tuple[int, str | None]:

@@ -18,7 +18,7 @@ from agentrt.engine.outputs import StreamDelta
 TEMPLATES = Path(__file__).parent / "templates"
 BAD_CALLS = {  # call JSON → what the error says
     '{"name": "f", "arguments": "{\\"a\\": 1}"}': "must be a JSON object, got a string",
-    '{"name": "f", "arguments": [1, 2]}': "must be a JSON object, got an array",
+    '{"name": "f", "arguments": [1, {"a": 2}]}': "must be a JSON object, got an array",
     '{"name": "f", "arguments": 5}': "must be a JSON object, got a number",
     '{"name": "f", "arguments": null}': "must be a JSON object, got null",
     '{"name": "f", "name": "g", "arguments": {}}': "names its tool twice",
@@ -105,3 +105,23 @@ def test_without_tools_the_markers_are_answer_text_but_think_is_still_reasoning(
     assert progress.reasoning_content == "hm"
     assert progress.content == 'Use <tool_call>{"name": "f"}</tool_call> like this.'
     assert progress.tool_calls == [] and progress.invalid_tool_calls == []
+
+
+@pytest.mark.parametrize("call_json", sorted(BAD_CALLS))
+def test_streamed_chunks_never_show_a_different_or_emptied_call(call_json):
+    """The chunks of a malformed call carry its first name only, and arguments that are not
+    an object stream as written, so LangChain's merged chunks hold no valid call ``{}``."""
+    lc = pytest.importorskip("langchain_core.messages")
+    text = wrap(HERMES, call_json)
+    for cut in range(1, len(text)):
+        stream = ToolCallStream(HERMES)
+        outs = [stream.feed(text[:cut]), stream.feed(text[cut:]), stream.close()]
+        chunks = [c for o in outs for c in o.tool_call_chunks]
+        assert "".join(c["name"] or "" for c in chunks) in ("f", "")
+        merged = lc.AIMessageChunk(content="")
+        for out in outs:  # as LangChain adds up the chunks of a stream
+            merged += lc.AIMessageChunk(content="", tool_call_chunks=out.tool_call_chunks)
+        if "must be a JSON object" in BAD_CALLS[call_json]:
+            assert merged.tool_calls == [] and len(merged.invalid_tool_calls) == 1
+            written = json.loads(call_json)["arguments"]
+            assert json.loads(merged.invalid_tool_calls[0]["args"]) == written
