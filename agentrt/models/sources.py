@@ -130,18 +130,23 @@ def _find_path(spec: str, misses: list[_Miss]) -> Path | None:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         misses.append(_Miss(f"path {path.absolute()}", why.lower()))
         return None
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise ModelNotFoundError(f"{path} is a file but not a .gguf file")
+    if path.is_file() and path.suffix == ".gguf":
         return path
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            if path.suffix == ".gguf":
-                raise ModelNotFoundError(f"{path} is a folder, not a .gguf file")
-            raise ModelNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
+    if path.is_dir() and (path / "config.json").is_file():
         return path
-    misses.append(_Miss(f"path {path.absolute()}", "neither a file nor a folder"))
+    # NOTE: a miss, not an error: `org/name` may also be a folder that is not a model
+    misses.append(_Miss(f"path {path.absolute()}", _not_a_model(path)))
     return None
+
+
+def _not_a_model(path: Path) -> str:
+    if path.is_file():
+        return "a file, but not a .gguf file"
+    if not path.is_dir():
+        return "neither a file nor a folder"
+    if path.suffix == ".gguf":
+        return "is a folder, not a .gguf file"
+    return "a folder that has no config.json: not a Hugging Face model folder"
 
 
 def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:

@@ -217,3 +217,19 @@ def test_a_quantization_pick_is_not_ambiguous_with_its_longer_variants(stores):
         assert locate(f"org/tiny-GGUF:{pick}") == (snapshot / name, "huggingface"), pick
     with pytest.raises(ModelNotFoundError, match="no single .gguf matches 'Q6'"):
         locate("org/tiny-GGUF:Q6")  # a part of two quantizations: still ambiguous
+
+
+def test_a_local_folder_that_is_no_model_does_not_hide_the_cached_hub_id(stores, tmp_path,
+                                                                         monkeypatch):
+    cache, _ = stores
+    snapshot = hf_snapshot(cache, "org/tiny")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "cwd" / "org" / "tiny").mkdir(parents=True)  # e.g. notes kept under that name
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert locate("org/tiny") == (snapshot, "huggingface")
+    with pytest.raises(ModelNotFoundError) as miss:  # neither: the error names both places
+        locate("org/other")
+    (tmp_path / "cwd" / "org" / "other").mkdir()
+    with pytest.raises(ModelNotFoundError) as miss:
+        locate("org/other")
+    assert "has no config.json" in str(miss.value) and "no snapshot of org/other" in str(miss.value)
