@@ -136,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model {path.name}, {args.threads} threads, {os.cpu_count()} cores, batch 1, "
           f"{args.new_tokens} new tokens, median of {args.repeats}; beside: {args.busy} x "
           f"{args.neighbour}")
+    steps = engines[0].core.runner.cpu_steps
     alone = measure(engines, prompt, args)
+    shrinks_alone = steps.governor.shrinks if steps is not None else 0
     procs = start_neighbours(args)
     try:
         busy = measure(engines, prompt, args)
@@ -152,11 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     for peer in [e.name for e in engines[1:]]:
         print(f"beside busy processes: agentrt adaptive / {peer} = {ours / busy[peer]:.2f}x; "
               f"alone: {alone['agentrt adaptive'] / alone[peer]:.2f}x")
-    steps = engines[0].core.runner.cpu_steps
     if steps is None:
         print("(this model does not run the C++ decode step: nothing to govern)")
     else:
-        print(f"agentrt adaptive: the team shrank {steps.governor.shrinks} times")
+        print(f"agentrt adaptive: the team shrank {shrinks_alone} times alone, "
+              f"{steps.governor.shrinks - shrinks_alone} times beside the busy processes")
 
 
 if __name__ == "__main__":

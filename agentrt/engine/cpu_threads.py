@@ -34,7 +34,7 @@ STRIKES = 2
 """Contended steps in a row before the team shrinks (one can be a passing disturbance)."""
 PROBE_EVERY = 8
 """Steps between probes of one thread more, after the team shrank or grew."""
-MAX_PROBE_EVERY = 64
+MAX_PROBE_EVERY = 32
 """The longest interval between probes (each failed probe doubles it)."""
 MIN_WALL = 2e-4
 """Steps shorter than this (seconds) are not judged: too short to tell."""

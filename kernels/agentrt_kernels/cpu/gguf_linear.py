@@ -60,6 +60,8 @@ MAX_KERNEL_ROWS = 32
 tile (the int8 path runs its kernel at any size)."""
 TILE_BYTES = 8 << 20
 """Float32 bytes of weight rows one prefill tile dequantizes at a time."""
+SERIAL_FLOATS = 1 << 16
+"""Dequantizing fewer floats than this (a decode step's embedding rows) runs on one thread."""
 
 
 def _check(qtype: GGMLQuantizationType, shape: tuple[int, int]) -> None:
@@ -187,9 +189,12 @@ def _dequantize(weight: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[
         picked = weight[rows].numpy()
         return torch.from_numpy(np.ascontiguousarray(gguf_dequantize(picked, qtype)))
     out = torch.empty(count, shape[1], dtype=torch.float32)
+    # a few rows (a decode step's embeddings) on this thread alone: waking the OpenMP team
+    # costs more than the rows, and would set its threads spinning beside a smaller decode team
+    threads = 1 if count * shape[1] < SERIAL_FLOATS else torch.get_num_threads()
     kernel.dequantize(int(qtype), weight.data_ptr(), shape[1],
                       None if index is None else index.data_ptr(), first, count,
-                      out.data_ptr(), torch.get_num_threads(), isa or kernel.best_isa)
+                      out.data_ptr(), threads, isa or kernel.best_isa)
     return out
 
 
