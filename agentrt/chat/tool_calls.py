@@ -131,6 +131,11 @@ class ToolCallStream:
                 self._on_event(call, event, out)
         if self._call is not None:
             self._end_call(self._call)
+        elif self._mode in ("list_open", "list_next"):  # Mistral's list cut before a call
+            self._mode, self._call = "text", _Call(self._num_calls)
+            self._num_calls += 1
+            self._call.error = "truncated tool call: the output ended before the tool call started"
+            self._end_call(self._call)
         return out
 
     # --- outside a call ----------------------------------------------------------------------

@@ -125,3 +125,14 @@ def test_streamed_chunks_never_show_a_different_or_emptied_call(call_json):
             assert merged.tool_calls == [] and len(merged.invalid_tool_calls) == 1
             written = json.loads(call_json)["arguments"]
             assert json.loads(merged.invalid_tool_calls[0]["args"]) == written
+
+
+@pytest.mark.parametrize("text", ["Sure [TOOL_CALLS]", "Sure [TOOL_CALLS] [",
+                                  'Sure [TOOL_CALLS] [{"name": "f", "arguments": {}}, '])
+def test_a_mistral_list_cut_before_its_call_is_a_truncated_call(text):
+    """As ``<tool_call>`` or ``<|python_tag|>`` cut off at the end (``max_tokens``)."""
+    for cut in range(len(text) + 1):
+        stream, content = parse(MISTRAL, [text[:cut], text[cut:]])
+        assert content == "Sure "
+        [invalid] = stream.invalid_tool_calls
+        assert "truncated tool call" in invalid["error"] and invalid["name"] is None
