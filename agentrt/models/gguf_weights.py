@@ -7,8 +7,9 @@ side-by-side layers. The token embedding stays in its blocks too and is dequanti
 on lookup; a tied output head multiplies into those same blocks. Norms and biases are float32.
 ``activations`` picks the numeric path of every block-format linear: "float32" (exact weights)
 or "int8" (llama.cpp's integer dot products); :func:`resolve_activations` turns "auto" into one.
-Every tensor is read once into memory of its own (no file mapping stays behind), so resident
-memory after loading is about the file's size. Formats the kernels do not run (IQ*, Q2_K,
+Every matrix is read once into one :class:`~agentrt.models.arena.WeightArena` (huge pages
+where the OS gives them; no file mapping stays behind), so resident memory after loading is
+about the file's size. Formats the kernels do not run (IQ*, Q2_K,
 Q3_K, ...) are refused, naming the tensor, before anything is read.
 """
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, get_args
 import torch
 
 from agentrt.config import GGUFActivations
+from agentrt.models.arena import WeightArena
 from agentrt.models.gguf_file import GGUFFile, GGUFTensor
 from agentrt.models.linear import Linear
 from agentrt.models.weights import ConcatLinear, Embedding
@@ -84,6 +86,9 @@ class GGUFWeights:
                     "quantization='none' converts the file to float32 instead")
         self.file = file
         self._blocks: dict[str, torch.Tensor] = {}
+        self.arena = WeightArena(sum(-(-t.nbytes // 64) * 64 for t in file.tensors.values()
+                                     if len(t.shape) == 2))
+        """Where the matrices' blocks are read to."""
 
     def __contains__(self, name: str) -> bool:
         return name in self.file.tensors
@@ -118,7 +123,8 @@ class GGUFWeights:
     def _read(self, name: str) -> torch.Tensor:
         """A tensor's blocks, read once (the tied head shares the embedding's)."""
         if name not in self._blocks:
-            self._blocks[name] = self.file.tensors[name].read()
+            t = self.file.tensors[name]
+            self._blocks[name] = t.read_into(self.arena.empty(t.rows, t.row_bytes))
         return self._blocks[name]
 
     def _layer(self, parts: list[GGUFTensor], bias: torch.Tensor | None) -> Linear:
@@ -127,7 +133,7 @@ class GGUFWeights:
         from agentrt_kernels.cpu.gguf_linear import GGUFLinear
 
         rows = sum(t.shape[0] for t in parts)
-        raw = torch.empty(rows, parts[0].row_bytes, dtype=torch.uint8)
+        raw = self.arena.empty(rows, parts[0].row_bytes)
         start = 0
         for t in parts:
             t.read_into(raw[start:start + t.shape[0]])
