@@ -11,15 +11,22 @@ pause the request while the tool finishes). :meth:`ToolStream.engine_hook` is al
 engine's hook signature (``"pause"`` once a call is complete); :meth:`ToolStream.begin_segment`
 starts a new output segment after an observation was appended. The engine itself knows nothing
 about tools: this adapter only needs ``tokenizer.decode``.
+
+A parser named by its syntax reads JSON calls strictly: a call that is valid JSON but no valid
+call (arguments that are not an object, a second name) is rejected as it is written, never
+started. With ``reasoning`` (``"detect"`` / ``"open"``, the chat layer's modes) the text of
+``<think>`` blocks never reaches the parser
+(:class:`~agentrt.agent.parsers.reasoning.SkipReasoning`): a call the model only considered
+starts no tool.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from agentrt.agent.parsers import BaseStreamParser, create_parser
+from agentrt.agent.parsers import PARSERS, BaseStreamParser, create_parser
 from agentrt.agent.parsers.base import (
     CallEnd,
     CallStart,
@@ -29,9 +36,14 @@ from agentrt.agent.parsers.base import (
     Piece,
     ToolName,
 )
+from agentrt.agent.parsers.json_toolcall import JsonToolCallParser
+from agentrt.agent.parsers.reasoning import SkipReasoning
 from agentrt.agent.plugin import Observation, Tool
 from agentrt.agent.runtime import ToolCall, ToolRuntime
 from agentrt.core.detokenizer import IncrementalDetokenizer
+
+if TYPE_CHECKING:
+    from agentrt.chat.formats import Reasoning
 
 __all__ = ["ToolStream", "arguments_of"]
 
@@ -51,6 +63,13 @@ def arguments_of(pieces: Iterable[Piece]) -> dict[str, Any]:
     return args
 
 
+def _stream_parser(syntax: str) -> BaseStreamParser:
+    """The registered parser of ``syntax``; JSON calls read strictly (see the module doc)."""
+    if issubclass(PARSERS.get(syntax), JsonToolCallParser):
+        return create_parser(syntax, is_strict=True)
+    return create_parser(syntax)
+
+
 class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
 
@@ -67,10 +86,13 @@ class ToolStream:
         session: str = "default",
         lazy: bool | None = None,
         wait_for_tools: bool = False,
+        reasoning: Reasoning = "none",
     ) -> None:
         self.runtime = tools if isinstance(tools, ToolRuntime) else ToolRuntime(tools)
         self._owns_runtime = not isinstance(tools, ToolRuntime)
-        self.parser = create_parser(parser) if isinstance(parser, str) else parser
+        self.parser = _stream_parser(parser) if isinstance(parser, str) else parser
+        if reasoning != "none":
+            self.parser = SkipReasoning(self.parser, reasoning)
         self._fresh_parser = copy.deepcopy(self.parser)  # for a new segment after close()
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.session, self.lazy = session, lazy

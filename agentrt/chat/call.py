@@ -176,15 +176,15 @@ def _close_hook(call: ChatCall) -> None:
 def _start(call: ChatCall) -> Call:
     """The backend call of ``call``: its own, or its agent run's session's next one.
 
-    The run's hook (tools that start while a call is written) is left out when the output
-    may hold ``<think>`` reasoning: its parsers do not know the block, and a call the model
-    only considered there would start a tool."""
+    The run's hook (tools that start while a call is written) is made for the call's
+    ``reasoning`` mode: what the model writes inside ``<think>`` starts no tool."""
     scope = current_scope()
     options = RequestOptions(request_id=call.request_id)
     if scope is not None:
         call.session = scope.session_for(call.backend, call.prompt_ids)
-        if scope.hook_factory is not None and call.reasoning == "none":
-            call.hook = scope.hook_factory(call.markers or call.backend.tokenizer)
+        if scope.hook_factory is not None:
+            call.hook = scope.hook_factory(call.markers or call.backend.tokenizer,
+                                           reasoning=call.reasoning)
             options = options.updated({"hook": call.hook})
     call.call = Call(call.backend, call.prompt_ids, call.params, session=call.session,
                      options=options)

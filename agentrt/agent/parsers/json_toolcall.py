@@ -11,7 +11,11 @@ also stream as ``delta`` pieces cut after each non-word character, so a tool can
 that is still being written. ``CallEnd`` comes when the outer object closes (the closing tag is
 not needed). Values equal ``json.loads`` (control characters inside strings are tolerated, as with
 ``strict=False``). Truncated or invalid JSON becomes a :class:`ParseError` and the parser looks
-for the next opening tag.
+for the next opening tag. ``is_strict`` (partial execution) also refuses, as a
+:class:`ParseError` the moment it is written, what is valid JSON but no valid call: arguments that
+are not an object (``5``, ``"x"``, ``[1]``), a second name or a second arguments object — a
+tool must never start on those; off, such a call ends and its reader judges it (the chat layer's
+final parse, :mod:`agentrt.chat.tool_calls`).
 """
 
 from __future__ import annotations
@@ -38,12 +42,18 @@ _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _LITERALS = {"t": ("true", True), "f": ("false", False), "n": ("null", None)}
 _HEX = frozenset("0123456789abcdefABCDEF")
+_KINDS = {'"': "a string", "[": "an array", "t": "a boolean", "f": "a boolean", "n": "null",
+          "-": "a number", **dict.fromkeys("0123456789", "a number")}
 
 Role = Literal["root", "arguments", "other"]
 
 
 class _JsonError(Exception):
     index = 0  # position of the offending character in the chunk being fed
+
+
+class _CallError(_JsonError):
+    """Valid JSON that is no valid call (strict parsing only)."""
 
 
 @dataclass
@@ -69,8 +79,10 @@ class _String:
 class _JsonStream:
     """Parses one JSON object incrementally; collects events for the tool-call roles."""
 
-    def __init__(self, name_keys: tuple[str, ...], argument_keys: tuple[str, ...]) -> None:
+    def __init__(self, name_keys: tuple[str, ...], argument_keys: tuple[str, ...],
+                 is_strict: bool = False) -> None:
         self.name_keys, self.argument_keys = name_keys, argument_keys
+        self.is_strict = is_strict
         self.stack: list[_Frame] = []
         self.events: list[Event] = []
         self.string: _String | None = None
@@ -138,6 +150,9 @@ class _JsonStream:
             self._start_value(c, frame)
 
     def _start_value(self, c: str, frame: _Frame) -> None:
+        if (self.is_strict and c != "{" and c in _KINDS and frame.role == "root"
+                and frame.key in self.argument_keys):
+            raise _CallError(f"the arguments must be a JSON object, got {_KINDS[c]}")
         if c == "{":
             self._push(True)
         elif c == "[":
@@ -247,6 +262,8 @@ class _JsonStream:
         text = "".join(s.chars)
         if s.is_key:
             frame = self.stack[-1]
+            if self.is_strict and frame.role == "root":
+                _check_key(frame.container, text, self.name_keys, self.argument_keys)
             frame.key, frame.state = text, "colon"
         else:
             self._value(text)
@@ -274,7 +291,10 @@ class JsonToolCallParser(BaseStreamParser):
     """Streams ``<tool_call>{...}</tool_call>`` calls: name first, then each argument.
 
     ``open_tags`` open a call (or, with ``is_list``, a JSON list of calls) and are not part
-    of the JSON; ``bare_opens`` open a call as the start of its JSON object.
+    of the JSON; ``bare_opens`` open a call as the start of its JSON object. ``is_strict``:
+    arguments that are not an object, a second name or a second arguments object are a
+    :class:`ParseError` as soon as they are written (what a tool may start on); off, the call
+    ends and its reader judges it.
     """
 
     syntax = "json_toolcall"
@@ -288,8 +308,10 @@ class JsonToolCallParser(BaseStreamParser):
         open_tags: tuple[str, ...] = (),
         bare_opens: tuple[str, ...] = (),
         is_list: bool = False,
+        is_strict: bool = False,
     ) -> None:
         super().__init__()
+        self.is_strict = is_strict
         self.open_tag = open_tag
         self.open_tags = open_tags or (open_tag,)
         self.bare_opens, self.is_list = bare_opens, is_list
@@ -365,7 +387,7 @@ class JsonToolCallParser(BaseStreamParser):
         return self._start_json(rest, events)
 
     def _start_json(self, text: str, events: list[Event]) -> str:
-        self._json = _JsonStream(self.name_keys, self.argument_keys)
+        self._json = _JsonStream(self.name_keys, self.argument_keys, self.is_strict)
         events.append(CallStart(self.syntax))
         return text
 
@@ -377,7 +399,8 @@ class JsonToolCallParser(BaseStreamParser):
         except _JsonError as exc:
             self._json, self._list = None, ""
             events += stream.events
-            message = f"invalid JSON in tool call at character {stream.offset}: {exc}"
+            what = "tool call" if isinstance(exc, _CallError) else "JSON in tool call"
+            message = f"invalid {what} at character {stream.offset}: {exc}"
             events.append(ParseError(message))
             return text[exc.index + 1 :]
         events += stream.events
@@ -399,8 +422,9 @@ class Llama3ToolCallParser(JsonToolCallParser):
 
     syntax = "llama3_json"
 
-    def __init__(self) -> None:
-        super().__init__(open_tags=("<|python_tag|>",), bare_opens=('{"name"',))
+    def __init__(self, *, is_strict: bool = False) -> None:
+        super().__init__(open_tags=("<|python_tag|>",), bare_opens=('{"name"',),
+                         is_strict=is_strict)
 
 
 class MistralToolCallParser(JsonToolCallParser):
@@ -408,8 +432,17 @@ class MistralToolCallParser(JsonToolCallParser):
 
     syntax = "mistral_json"
 
-    def __init__(self) -> None:
-        super().__init__(open_tags=("[TOOL_CALLS]",), is_list=True)
+    def __init__(self, *, is_strict: bool = False) -> None:
+        super().__init__(open_tags=("[TOOL_CALLS]",), is_list=True, is_strict=is_strict)
+
+
+def _check_key(root: dict, key: str, name_keys: tuple[str, ...],
+               argument_keys: tuple[str, ...]) -> None:
+    """A root key that repeats the call's name or its arguments (strict parsing)."""
+    if key in name_keys and any(k in root for k in name_keys):
+        raise _CallError("it names its tool twice")
+    if key in argument_keys and any(k in root for k in argument_keys):
+        raise _CallError("more than one arguments object")
 
 
 def _tag_prefix_suffix(data: str, tag: str) -> str:

@@ -8,7 +8,9 @@ of the run also feeds its tokens, as they are decoded, through a
 completes. The finished call is *offered* to the runtime; when LangChain then runs the tool
 with exactly those arguments, it takes the offered result instead of running it again —
 anything else, and the offer is aborted. The model's output is never changed (the hook always
-answers "continue"), so the run's steps stay those of ``AgentExecutor``.
+answers "continue"), so the run's steps stay those of ``AgentExecutor``. A reasoning model's
+``<think>`` block is read as the chat layer reads it (the call's own ``reasoning`` mode): a
+call written there was only considered and starts nothing; calls after it start as usual.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrt.agent.tool_stream import ToolStream
-from agentrt.chat.formats import detect_format
+from agentrt.chat.formats import Reasoning, detect_format
 from langchain_agentrt.tools import AgentRTTool
 
 __all__ = ["PartialExecution", "partial_execution_for"]
@@ -26,8 +28,10 @@ __all__ = ["PartialExecution", "partial_execution_for"]
 class PartialExecution:
     """One model call's hook: tokens → parser → agentrt tool workers; offers at the end."""
 
-    def __init__(self, tokenizer: Any, runtime: Any, session: str, syntax: str) -> None:
-        self.stream = ToolStream(tokenizer, runtime, parser=syntax, session=session)
+    def __init__(self, tokenizer: Any, runtime: Any, session: str, syntax: str, *,
+                 reasoning: Reasoning = "none") -> None:
+        self.stream = ToolStream(tokenizer, runtime, parser=syntax, session=session,
+                                 reasoning=reasoning)
         self.runtime, self.session = runtime, session
 
     def __call__(self, request: object, token_ids: Sequence[int]) -> str:
@@ -42,8 +46,8 @@ class PartialExecution:
 
 
 def partial_execution_for(tools: Sequence[Any], syntax: str):
-    """A factory of per-call hooks for ``tools`` (engine tokenizer → hook), or None when the
-    tools are not all agentrt tools of one runtime and session."""
+    """A factory of per-call hooks for ``tools`` (engine tokenizer and the call's reasoning
+    mode → hook), or None when the tools are not all agentrt tools of one runtime and session."""
     if not tools or not all(isinstance(t, AgentRTTool) for t in tools):
         return None
     runtimes = {id(t.runtime) for t in tools}
@@ -52,10 +56,10 @@ def partial_execution_for(tools: Sequence[Any], syntax: str):
         return None
     runtime, session = tools[0].runtime, tools[0].session
 
-    def factory(tokenizer: Any) -> PartialExecution:
+    def factory(tokenizer: Any, *, reasoning: Reasoning = "none") -> PartialExecution:
         # NOTE: JSON tool calls are read in the model family's format (Hermes, Llama 3, Mistral)
         family = detect_format(tokenizer).syntax if syntax == "json_toolcall" else syntax
-        return PartialExecution(tokenizer, runtime, session, family)
+        return PartialExecution(tokenizer, runtime, session, family, reasoning=reasoning)
 
     factory.withdraw = lambda: runtime.withdraw(session=session)  # type: ignore[attr-defined]
     return factory
