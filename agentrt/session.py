@@ -230,8 +230,10 @@ class SessionScope:
         self.sessions: list[Session] = []
         self.last: Session | None = None
         self.hook_factory: Any = None
-        """Makes the hook of each call from the backend's tokenizer (e.g. partial execution
-        of the run's tools); its ``close()`` runs when the call's output ends, and the
+        """Makes the hook of each call, called as ``factory(tokenizer, reasoning=mode)`` with
+        the backend's tokenizer and the call's reasoning mode (``"none"``, ``"detect"``,
+        ``"open"``: where its output may hold ``<think>`` text; e.g. partial execution of the
+        run's tools); the hook's ``close()`` runs when the call's output ends, and the
         factory's ``withdraw()``, if any, when the scope closes."""
         self.grammar: str | None = None
         """A GBNF grammar the run's model calls follow unless a call binds its own tools or

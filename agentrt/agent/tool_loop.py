@@ -37,6 +37,7 @@ from agentrt.agent.tool_stream import ToolStream
 
 if TYPE_CHECKING:
     from agentrt.backends.call import Call
+    from agentrt.chat.formats import Reasoning
     from agentrt.core.outputs import RequestOutput
     from agentrt.core.sampling_params import SamplingParams
     from agentrt.session import Session, SessionStats
@@ -158,6 +159,7 @@ def run_with_tools(
     render: Render = render_observation,
     lazy: bool | None = None,
     namespace: str = "",
+    reasoning: Reasoning | None = None,
 ) -> ToolRun:
     """Generate with tools: calls run while written, rejected ones stop, complete ones pause.
 
@@ -168,7 +170,9 @@ def run_with_tools(
     passed in stays open; tools given by name or instance get a runtime closed at the end.
     ``backend`` is a :class:`~agentrt.backends.base.Backend` or an :class:`agentrt.Engine`.
     The parser reads markers of ``syntax`` that are special tokens (Mistral's ``[TOOL_CALLS]``)
-    as decoded text; the other special tokens are skipped.
+    as decoded text; the other special tokens are skipped. ``reasoning``: where the output may
+    hold ``<think>`` reasoning, whose calls start no tool (``"none"``, ``"detect"``, ``"open"``;
+    None: from the tokenizer's chat template and the prompt, as the chat layer decides it).
     """
     from agentrt.session import Session
 
@@ -178,10 +182,17 @@ def run_with_tools(
         context = _encode(tokenizer, prompt + reply_prefix)
     else:
         context = _encode(tokenizer, prompt) + _encode(tokenizer, reply_prefix)
+    if reasoning is None:
+        from agentrt.chat.formats import detect_reasoning
+
+        tail = prompt + reply_prefix if isinstance(prompt, str) else \
+            tokenizer.decode(context[-32:])
+        reasoning = detect_reasoning(tokenizer, tail)
     parser = create_parser(syntax)
     # NOTE: markers that are special tokens (Mistral's [TOOL_CALLS]) must survive decoding
     decoder = marker_tokenizer(tokenizer, parser.markers) or tokenizer
-    with ToolStream(decoder, tools, parser=parser, session=session, lazy=lazy) as stream:
+    with ToolStream(decoder, tools, parser=parser, session=session, lazy=lazy,
+                    reasoning=reasoning) as stream:
         if reply_prefix and stream.feed_text(reply_prefix) == "abort":
             return ToolRun((), tuple(stream.observations))
         loop = _Loop(session, stream, params, syntax, render)

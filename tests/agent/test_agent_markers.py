@@ -86,3 +86,20 @@ def test_run_with_tools_reads_a_special_token_marker_and_appends_the_results(mer
     # the second call's context: prompt, the call as streamed, the appended results
     assert backend.prompts[1] == [*prompt, *first.output.token_ids, *first.appended_ids]
     assert run.text.endswith(" 6*7 is 42.")
+
+
+@pytest.mark.parametrize("reasoning", [None, "detect"])
+def test_run_with_tools_starts_no_call_written_while_thinking(reasoning, runtime):
+    """A template that knows ``<think>``: the call the model only considered runs no tool (the
+    mode detected as the chat layer detects it, or given); the call after it does."""
+    tokenizer = mistral_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}<think>\n"
+    thought = ('<think>perhaps [TOOL_CALLS] [{"name": "calculator", "arguments": '
+               '{"expression": "1+1"}}]? no.</think>')
+    backend = ScriptedBackend(tokenizer, [thought + CALL, " 6*7 is 42.</s>"])
+    run = run_with_tools(backend, "<s>[INST] What is 6*7?[/INST]", SamplingParams(max_tokens=160),
+                         tools=runtime, syntax="mistral_json", session="thinking", max_calls=1,
+                         reasoning=reasoning)
+    first = run.segments[0]
+    assert first.is_paused and first.observation.text.strip() == "42"
+    assert first.output.text.startswith("<think>perhaps ")  # the thought was written
