@@ -41,17 +41,20 @@ NEIGHBOURS = {
 
 
 class Agentrt:
-    def __init__(self, model: str | None, threads: int, mode: str, activations: str) -> None:
-        from agentrt import EngineConfig, LLMEngine
+    """One agentrt engine run with its thread governor (``adaptive``) or without it
+    (``fixed``, as ``cpu_decode_threads="fixed"`` builds it): both modes share one engine, so
+    they run the same weights in the same memory."""
 
-        self.name = f"agentrt {mode}"
-        self.core = LLMEngine(EngineConfig(
-            model=model, num_threads=threads, cpu_decode_threads=mode, profile_on_start=False,
-            gguf_activations=activations, enable_prefix_cache=False))
+    def __init__(self, core, mode: str) -> None:
+        self.name, self.core = f"agentrt {mode}", core
+        steps = core.runner.cpu_steps
+        self.governor = None if steps is None or mode == "fixed" else steps.governor
 
     def generate(self, prompt: list[int], n: int) -> None:
         from agentrt import SamplingParams
 
+        if self.core.runner.cpu_steps is not None:
+            self.core.runner.cpu_steps.governor = self.governor
         self.core.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
         while self.core.has_unfinished():
             self.core.step()
@@ -124,8 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     from agentrt.models.sources import locate
 
     path, _ = locate(args.model)
-    engines: list = [Agentrt(args.model, args.threads, m, args.gguf_activations)
-                     for m in ("adaptive", "fixed")]
+    from agentrt import EngineConfig, LLMEngine
+
+    core = LLMEngine(EngineConfig(model=args.model, num_threads=args.threads,
+                                  profile_on_start=False, enable_prefix_cache=False,
+                                  gguf_activations=args.gguf_activations))
+    engines: list = [Agentrt(core, m) for m in ("adaptive", "fixed")]
     if args.no_llamacpp:
         print("llama.cpp: skipped (--no-llamacpp)")
     elif importlib.util.find_spec("llama_cpp") is None:
@@ -136,9 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model {path.name}, {args.threads} threads, {os.cpu_count()} cores, batch 1, "
           f"{args.new_tokens} new tokens, median of {args.repeats}; beside: {args.busy} x "
           f"{args.neighbour}")
-    steps = engines[0].core.runner.cpu_steps
+    governor = engines[0].governor
     alone = measure(engines, prompt, args)
-    shrinks_alone = steps.governor.shrinks if steps is not None else 0
+    shrinks_alone = governor.shrinks if governor is not None else 0
     procs = start_neighbours(args)
     try:
         busy = measure(engines, prompt, args)
@@ -154,11 +161,11 @@ def main(argv: list[str] | None = None) -> None:
     for peer in [e.name for e in engines[1:]]:
         print(f"beside busy processes: agentrt adaptive / {peer} = {ours / busy[peer]:.2f}x; "
               f"alone: {alone['agentrt adaptive'] / alone[peer]:.2f}x")
-    if steps is None:
+    if governor is None:
         print("(this model does not run the C++ decode step: nothing to govern)")
     else:
         print(f"agentrt adaptive: the team shrank {shrinks_alone} times alone, "
-              f"{steps.governor.shrinks - shrinks_alone} times beside the busy processes")
+              f"{governor.shrinks - shrinks_alone} times beside the busy processes")
 
 
 if __name__ == "__main__":

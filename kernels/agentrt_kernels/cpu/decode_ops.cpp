@@ -288,7 +288,7 @@ struct StepArgs {
     int64_t max_len;
     float* scratch;             // agentrt_decode_step_scratch(model, T) floats
     int32_t num_threads;
-    double* usage;              // null, or 1 + 2 * num_threads doubles: see step_usage
+    double* usage;              // null, or 1 + 2 * num_threads doubles: see open_usage
 };
 
 // ---- what each thread of the step's team got of its CPU ----
