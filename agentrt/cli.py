@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import get_args
 
 from agentrt.backends import BACKENDS
-from agentrt.config import DType, GGUFActivations, Quantization
+from agentrt.config import CpuDecodeThreads, DType, GGUFActivations, Quantization
 
 __all__ = ["main"]
 
@@ -45,6 +45,13 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                    help="how a GGUF file's blocks meet the activations: auto (default) = "
                         "float32, exact against the file's values; int8 = llama.cpp's integer "
                         "dot products (faster decode, slightly different numbers)")
+    g.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                   help="CPU threads the engine computes on (default: torch's, one per core)")
+    g.add_argument("--cpu-decode-threads", default="adaptive",
+                   choices=get_args(CpuDecodeThreads),
+                   help="adaptive (default): a CPU decode step runs fewer threads while other "
+                        "processes take cores (a tool's subprocess, a build), and probes back "
+                        "up; fixed: always --threads, as llama.cpp runs its -t")
 
 
 def _device(value: str) -> str:
@@ -79,7 +86,8 @@ def _engine(args: argparse.Namespace):
     from agentrt import Engine
 
     return Engine(args.model, device=args.device, dtype=args.dtype,
-                  quantization=args.quantization, gguf_activations=args.gguf_activations)
+                  quantization=args.quantization, gguf_activations=args.gguf_activations,
+                  num_threads=args.threads, cpu_decode_threads=args.cpu_decode_threads)
 
 
 def _render(engine, messages: list[dict[str, str]]) -> str:
@@ -159,7 +167,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     engine_options = {} if args.backend != "local" else dict(
         device=args.device, dtype=args.dtype, quantization=args.quantization,
         gguf_activations=args.gguf_activations, max_num_seqs=args.max_batch,
-        kv_cache_gb=args.kv_cache_gb)
+        kv_cache_gb=args.kv_cache_gb, num_threads=args.threads,
+        cpu_decode_threads=args.cpu_decode_threads)
     try:
         serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
               log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,

@@ -75,3 +75,28 @@ def test_an_unknown_quantization_is_refused_with_the_choices(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "int3" in err and all(repr(q) in err for q in get_args(Quantization))
+
+
+def test_threads_reach_the_engine(capsys, monkeypatch):
+    """--threads and --cpu-decode-threads become the engine's num_threads and
+    cpu_decode_threads (the engine is not built: the options are what is tested)."""
+    import agentrt
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_engine(model=None, **options):
+        seen.update(options)
+        raise Stop
+
+    monkeypatch.setattr(agentrt, "Engine", fake_engine)
+    with pytest.raises(Stop):
+        main(["run", "--threads", "1", "--cpu-decode-threads", "fixed", "hi"])
+    assert seen["num_threads"] == 1 and seen["cpu_decode_threads"] == "fixed"
+    for bad in (["--threads", "0"], ["--cpu-decode-threads", "some"]):
+        with pytest.raises(SystemExit):
+            main(["run", *bad, "hi"])
+    err = capsys.readouterr().err
+    assert "'adaptive'" in err and "'fixed'" in err
