@@ -230,11 +230,12 @@ class SessionScope:
         self.sessions: list[Session] = []
         self.last: Session | None = None
         self.hook_factory: Any = None
-        """Makes the hook of each call, called as ``factory(tokenizer, reasoning=mode)`` with
-        the backend's tokenizer and the call's reasoning mode (``"none"``, ``"detect"``,
-        ``"open"``: where its output may hold ``<think>`` text; e.g. partial execution of the
-        run's tools); the hook's ``close()`` runs when the call's output ends, and the
-        factory's ``withdraw()``, if any, when the scope closes."""
+        """Makes the hook of each call (e.g. partial execution of the run's tools), called as
+        ``factory(tokenizer, reasoning=mode, tool_format=fmt, can_call_tools=bool)``: the
+        backend's tokenizer, where the call's output may hold ``<think>`` text (``"none"``,
+        ``"detect"``, ``"open"``), the format its tool calls are written in, and whether it may
+        make any; None: no hook for that call. A hook's ``close()`` runs when the call's
+        output ends, and the factory's ``withdraw()``, if any, when the scope closes."""
         self.grammar: str | None = None
         """A GBNF grammar the run's model calls follow unless a call binds its own tools or
         format (set by an executor that knows the agent's output format, e.g. ReAct)."""

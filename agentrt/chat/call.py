@@ -177,14 +177,17 @@ def _start(call: ChatCall) -> Call:
     """The backend call of ``call``: its own, or its agent run's session's next one.
 
     The run's hook (tools that start while a call is written) is made for the call's
-    ``reasoning`` mode: what the model writes inside ``<think>`` starts no tool."""
+    ``reasoning`` mode (what the model writes inside ``<think>`` starts no tool), its tool-call
+    format and whether it may call tools at all; a factory may give no hook."""
     scope = current_scope()
     options = RequestOptions(request_id=call.request_id)
     if scope is not None:
         call.session = scope.session_for(call.backend, call.prompt_ids)
         if scope.hook_factory is not None:
             call.hook = scope.hook_factory(call.markers or call.backend.tokenizer,
-                                           reasoning=call.reasoning)
+                                           reasoning=call.reasoning, tool_format=call.tool_format,
+                                           can_call_tools=call.can_call_tools)
+        if call.hook is not None:
             options = options.updated({"hook": call.hook})
     call.call = Call(call.backend, call.prompt_ids, call.params, session=call.session,
                      options=options)

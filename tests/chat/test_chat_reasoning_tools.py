@@ -36,7 +36,8 @@ class Run:
     """One chat call inside an agent run: its progress, the text streamed before each tool
     start, the partial-execution hooks made, and what LangChain's tool step would take."""
 
-    def __init__(self, runtime, template: str, output: str, *, chat_template=None) -> None:
+    def __init__(self, runtime, template: str, output: str, *, chat_template=None,
+                 **options) -> None:
         self.starts: list[tuple[str, str]] = []  # (tool, the output streamed before it)
         self.hooks: list = []
         seen: list[str] = []
@@ -61,7 +62,8 @@ class Run:
             with agent_run(scope):
                 call = prepare_chat(ScriptedBackend(mistral_tokenizer(template), [output]),
                                     [{"role": "user", "content": "6*7?"}], tools=[TOOL],
-                                    constrained=False, chat_template=chat_template)
+                                    constrained=False, chat_template=chat_template,
+                                    **options)
                 self.reasoning = call.reasoning
                 self.progress = ChatProgress(call)
                 for delta in run_deltas(call):
@@ -120,3 +122,22 @@ def test_arguments_that_are_not_an_object_run_no_tool(runtime, arguments):
     [invalid] = run.progress.invalid_tool_calls  # the final parse, as it was
     assert invalid["error"].startswith("invalid tool call: the arguments must be a JSON object")
     assert run.progress.tool_calls == []
+
+
+def test_a_call_that_may_call_no_tools_gets_no_hook(runtime):
+    """tool_choice="none": what looks like a call is the answer, and starts no tool."""
+    output = f"<tool_call>\n{CALL}\n</tool_call></s>"
+    run = Run(runtime, "qwen3.jinja", output, tool_choice="none")
+    assert run.hooks == [None] and run.starts == [] and run.taken is None
+    assert run.progress.tool_calls == [] and "calculator" in run.progress.content
+
+
+def test_the_hook_reads_the_calls_own_tool_format(runtime):
+    """A format given to the call (here Hermes on a Mistral template) is the one the hook's
+    parser reads, so the call starts while it is written."""
+    output = f"<tool_call>\n{CALL}\n</tool_call></s>"
+    run = Run(runtime, "mistral-v0.3.jinja", output, tool_format="hermes")
+    assert [c["name"] for c in run.progress.tool_calls] == ["calculator"]
+    [(name, before)] = run.starts
+    assert name == "calculator" and '"arguments"' not in before
+    assert run.taken == "42"

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrt.agent.tool_stream import ToolStream
-from agentrt.chat.formats import Reasoning, detect_format
+from agentrt.chat.formats import Reasoning, ToolCallFormat, detect_format
 from langchain_agentrt.tools import AgentRTTool
 
 __all__ = ["PartialExecution", "partial_execution_for"]
@@ -46,8 +46,12 @@ class PartialExecution:
 
 
 def partial_execution_for(tools: Sequence[Any], syntax: str):
-    """A factory of per-call hooks for ``tools`` (engine tokenizer and the call's reasoning
-    mode → hook), or None when the tools are not all agentrt tools of one runtime and session."""
+    """A factory of per-call hooks for ``tools``, or None when the tools are not all agentrt
+    tools of one runtime and session. The factory takes the engine's tokenizer and the call's
+    ``reasoning`` mode, ``tool_format`` (the format the call's tool calls are written in; None:
+    the tokenizer's template decides) and ``can_call_tools`` (False: the call binds no tools
+    or says ``tool_choice="none"``), and gives the call's hook, or None where JSON tool calls
+    cannot be made (text that looks like one is the answer: it must start no tool)."""
     if not tools or not all(isinstance(t, AgentRTTool) for t in tools):
         return None
     runtimes = {id(t.runtime) for t in tools}
@@ -56,9 +60,15 @@ def partial_execution_for(tools: Sequence[Any], syntax: str):
         return None
     runtime, session = tools[0].runtime, tools[0].session
 
-    def factory(tokenizer: Any, *, reasoning: Reasoning = "none") -> PartialExecution:
-        # NOTE: JSON tool calls are read in the model family's format (Hermes, Llama 3, Mistral)
-        family = detect_format(tokenizer).syntax if syntax == "json_toolcall" else syntax
+    def factory(tokenizer: Any, *, reasoning: Reasoning = "none",
+                tool_format: ToolCallFormat | None = None,
+                can_call_tools: bool = True) -> PartialExecution | None:
+        family = syntax
+        if syntax == "json_toolcall":
+            if not can_call_tools:
+                return None
+            # NOTE: JSON tool calls are read in the call's format (Hermes, Llama 3, Mistral)
+            family = (tool_format or detect_format(tokenizer)).syntax
         return PartialExecution(tokenizer, runtime, session, family, reasoning=reasoning)
 
     factory.withdraw = lambda: runtime.withdraw(session=session)  # type: ignore[attr-defined]
