@@ -7,7 +7,8 @@ format is chosen from the template text (:func:`detect_format`) and can be named
   ``<tool_call>\\n{"name": "X", "arguments": {...}}\\n</tool_call>``, one block per call.
 - ``"llama3"`` (Llama 3.1–3.3 JSON tool calls): ``{"name": "X", "parameters": {...}}``, calls
   separated by ``;``; the model may open a call with ``<|python_tag|>`` or directly with
-  ``{"name"``.
+  ``{"name"`` — or, as Llama 3.2 models often do when decoding is free, with a
+  ``{"type": "function", "name": …}`` key first.
 - ``"mistral"`` (Mistral v0.3, Nemo): ``[TOOL_CALLS] [{"name": "X", "arguments": {...}}]``,
   all calls of a turn in one JSON list.
 
@@ -25,6 +26,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+from agentrt.agent.parsers.json_toolcall import LLAMA32_OPENS
 
 __all__ = [
     "FORMATS",
@@ -57,6 +60,9 @@ class ToolCallFormat:
     """Markers that open a call (or Mistral's list of calls) and are not part of the JSON."""
     bare_opens: tuple[str, ...] = ()
     """Markers that open a call as the start of its own JSON (Llama 3's ``{"name"``)."""
+    loose_opens: tuple[str, ...] = ()
+    """Like ``bare_opens``, read but never written (no grammar makes the model write them):
+    Llama 3.2's ``{"type": "function", "name": …}`` calls."""
     close_tag: str = ""
     """Closes one call (Hermes' ``</tool_call>``); empty: the JSON object ends the call."""
     arguments_key: str = "arguments"
@@ -117,7 +123,7 @@ HERMES = ToolCallFormat(
     call_begin="<tool_call>\n", call_end="\n</tool_call>", separator="\n")
 LLAMA3 = ToolCallFormat(
     "llama3", "llama3_json", open_tags=("<|python_tag|>",), bare_opens=('{"name"',),
-    arguments_key="parameters", separator="; ")
+    loose_opens=LLAMA32_OPENS, arguments_key="parameters", separator="; ")
 MISTRAL = ToolCallFormat(
     "mistral", "mistral_json", open_tags=("[TOOL_CALLS]",), separator=", ",
     list_begin="[TOOL_CALLS] [", list_end="]", call_id_len=9)

@@ -92,7 +92,8 @@ class ToolCallStream:
         self.format = tool_format
         self.tool_calls: list[ToolCall] = []
         self.invalid_tool_calls: list[InvalidToolCall] = []
-        self._markers = tool_format.open_tags + tool_format.bare_opens if can_call else ()
+        self._bare_opens = tool_format.bare_opens + tool_format.loose_opens
+        self._markers = tool_format.open_tags + self._bare_opens if can_call else ()
         if reasoning != "none":
             self._markers += (THINK_OPEN,)
         self._pending = ""  # text that may be the start of a marker
@@ -159,7 +160,7 @@ class ToolCallStream:
         if marker == THINK_OPEN:
             self._mode, self._skip = "reasoning", "\n"
             return rest
-        if marker in self.format.bare_opens:
+        if marker in self._bare_opens:
             self._start_call()
             return marker + rest
         if self.format.is_list:

@@ -256,7 +256,8 @@ SAMPLES = {
     "llama3_json": (
         'Checking 😀 <|python_tag|>{"name": "search", "parameters": {"query": "日本 €", '
         '"n": [1, 2.5e3]}}; {"name": "g", "parameters": {}} and {"name": oops} tail '
-        '{"name": "h", "parameters": {"s": "\\u00fc\\ud83d\\ude00"}} {"name": "t", "par'
+        '{"name": "h", "parameters": {"s": "\\u00fc\\ud83d\\ude00"}} {"type": "function", '
+        '"name": "k", "parameters": {"b": null}}; {"name": "t", "par'
     ),
     "mistral_json": (
         'OK [TOOL_CALLS] [{"name": "search", "arguments": {"query": "ü 日本"}, "id": "abc123xyz"}, '

@@ -28,8 +28,8 @@ def calls(events) -> list[tuple[str, dict]]:
 def test_llama3_calls_with_and_without_the_python_tag():
     events = parse("llama3_json", [SAMPLES["llama3_json"]])
     assert calls(events) == [("search", {"query": "日本 €", "n": [1, 2500.0]}), ("g", {}),
-                             ("h", {"s": "ü😀"})]
-    assert sum(isinstance(e, CallStart) for e in events) == 5
+                             ("h", {"s": "ü😀"}), ("k", {"b": None})]  # Llama 3.2's "type" key
+    assert sum(isinstance(e, CallStart) for e in events) == 6
     assert sum(isinstance(e, ParseError) for e in events) == 2  # invalid, then truncated
 
 

@@ -159,7 +159,8 @@ SAMPLES = {  # (format, reasoning, output text)
     "llama3": (LLAMA3, "none",
                'Checking 😀 <|python_tag|>{"name": "search", "parameters": {"query": "日本 €", '
                '"n": [1, 2.5e3]}}; {"name": "g", "parameters": {}} and {"name": oops} tail '
-               '{"name": "h", "parameters": {"s": "\\u00fc\\ud83d\\ude00"}}'),
+               '{"name": "h", "parameters": {"s": "\\u00fc\\ud83d\\ude00"}} (3.2:) {"type": '
+               '"function", "name": "k", "parameters": {"b": null}}'),
     "mistral": (MISTRAL, "open",
                 "still thinking 🤔\n</think>\n\nOK [TOOL_CALLS] [{\"name\": \"search\", "
                 "\"arguments\": {\"query\": \"ü\"}, \"id\": \"abc123xyz\"}, {\"name\": \"g\", "
@@ -172,9 +173,9 @@ EXPECTED = {
         '{"name": "x"} is no call',
         calls=[("search", {"query": 'café "paris"', "n": 3}), ("f", {})], invalid=[None]),
     "llama3": dict(
-        content="Checking 😀 and ops} tail ", reasoning="",  # an invalid call ends at the error
-        calls=[("search", {"query": "日本 €", "n": [1, 2500.0]}), ("g", {}),
-               ("h", {"s": "ü😀"})], invalid=[None]),
+        content="Checking 😀 and ops} tail (3.2:) ", reasoning="",  # an invalid call ends at
+        calls=[("search", {"query": "日本 €", "n": [1, 2500.0]}), ("g", {}),  # the error
+               ("h", {"s": "ü😀"}), ("k", {"b": None})], invalid=[None]),
     "mistral": dict(
         content="OK  after  ", reasoning="still thinking 🤔",
         calls=[("search", {"query": "ü"}), ("g", {}), ("h", {"a": True})], invalid=["t"]),

@@ -34,7 +34,8 @@ from agentrt.agent.parsers.base import (
     ToolName,
 )
 
-__all__ = ["JsonToolCallParser", "Llama3ToolCallParser", "MistralToolCallParser"]
+__all__ = ["LLAMA32_OPENS", "JsonToolCallParser", "Llama3ToolCallParser",
+           "MistralToolCallParser"]
 
 _WHITESPACE = " \t\r\n"
 _NUMBER_CHARS = frozenset("0123456789+-.eE")
@@ -46,6 +47,8 @@ _KINDS = {'"': "a string", "[": "an array", "t": "a boolean", "f": "a boolean", 
           "-": "a number", **dict.fromkeys("0123456789", "a number")}
 
 Role = Literal["root", "arguments", "other"]
+# NOTE: Llama 3.2 models, decoding freely, may write the OpenAI tool's "type" key first
+LLAMA32_OPENS = ('{"type": "function"', '{"type":"function"')
 
 
 class _JsonError(Exception):
@@ -418,13 +421,13 @@ class JsonToolCallParser(BaseStreamParser):
 
 class Llama3ToolCallParser(JsonToolCallParser):
     """Llama 3.x JSON calls: ``<|python_tag|>{…}`` or a bare ``{"name": …, "parameters": …}``
-    (several separated by ``;``)."""
+    (several separated by ``;``); Llama 3.2's ``{"type": "function", "name": …}`` too."""
 
     syntax = "llama3_json"
 
     def __init__(self, *, is_strict: bool = False) -> None:
-        super().__init__(open_tags=("<|python_tag|>",), bare_opens=('{"name"',),
-                         is_strict=is_strict)
+        super().__init__(open_tags=("<|python_tag|>",),
+                         bare_opens=('{"name"', *LLAMA32_OPENS), is_strict=is_strict)
 
 
 class MistralToolCallParser(JsonToolCallParser):
