@@ -30,6 +30,11 @@ def resolve_model(model: str | Path | None = None) -> Path:
     return path if path.is_dir() else gguf_folder(path, weights=True)
 
 
+_LAYOUT = 2
+"""What a GGUF's cache folder holds, versioned: a change to the conversion (2: every
+architecture's end-of-turn ids) gives every file a new folder."""
+
+
 def gguf_folder(gguf_path: Path, *, weights: bool = False) -> Path:
     """The cache folder of ``gguf_path``: config.json and the tokenizer, and with ``weights``
     also ``model.safetensors`` (float32); written once, reused while the file at that path keeps
@@ -38,7 +43,7 @@ def gguf_folder(gguf_path: Path, *, weights: bool = False) -> Path:
     from agentrt.models.gguf_convert import convert_gguf
 
     stat = gguf_path.stat()
-    key = f"{gguf_path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()
+    key = f"{gguf_path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{_LAYOUT}".encode()
     out = env.cache_dir() / "models" / f"{gguf_path.stem}-{hashlib.sha256(key).hexdigest()[:16]}"
     needed = ("config.json", "tokenizer_config.json", *(("model.safetensors",) if weights else ()))
     if all((out / name).is_file() for name in needed):

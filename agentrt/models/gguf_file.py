@@ -175,8 +175,7 @@ class GGUFFile:
             self.config["vocab_size"] = embed.shape[0]
         check_tensors(self.path, self.tensors, self.config, arch, arch in _FUSED)
         check_tokens(self.path, reader, self.config)
-        if arch in _FUSED:
-            self.config["eos_token_id"] = _eos_ids(reader, meta)
+        self.config["eos_token_id"] = _eos_ids(reader, meta)
 
     def _interleaved_heads(self, name: str) -> int:
         if self.architecture not in _INTERLEAVED_QK:
@@ -250,14 +249,21 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
     return config
 
 
+_END_OF_TURN = ("<|end|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>")
+"""Tokens that end a chat turn or message (Phi-3; Llama 3.x, whose ``<|eom_id|>`` ends a
+message that called a tool; ChatML; Gemma), found by text as llama.cpp finds them."""
+
+
 def _eos_ids(reader, meta: dict) -> list[int]:
-    """eos and the end of a chat turn: Phi-3's template ends each message with ``<|end|>``,
-    which its files name as ``eot_token_id`` or not at all (llama.cpp then finds it by text)."""
+    """eos and the ends of a chat turn: the ids the file names (``eos``/``eot``/``eom``), and
+    the :data:`_END_OF_TURN` tokens its vocabulary holds (files often name none of them: a
+    Phi-3 file's ``<|end|>``, a Llama 3.1 file's ``<|eom_id|>``)."""
     ids = [int(meta[f"tokenizer.ggml.{k}_token_id"]) for k in ("eos", "eot", "eom")
            if f"tokenizer.ggml.{k}_token_id" in meta]
-    if len(ids) < 2 and "tokenizer.ggml.tokens" in reader.fields:
-        tokens = reader.fields["tokenizer.ggml.tokens"].contents()
-        ids += [tokens.index("<|end|>")] if "<|end|>" in tokens else []
+    if "tokenizer.ggml.tokens" in reader.fields:
+        index = {t: i for i, t in enumerate(reader.fields["tokenizer.ggml.tokens"].contents())
+                 if t in _END_OF_TURN}
+        ids += index.values()
     return sorted(set(ids))
 
 

@@ -245,3 +245,30 @@ def test_int8_activations_give_the_integer_twins_greedy_tokens(tmp_path, monkeyp
     assert exact.token_ids == want.token_ids
     drift = [abs(exact.logprobs[s][t] - want.logprobs[s][t]) for s, t in enumerate(exact.token_ids)]
     assert max(gap) < 1e-2 < max(drift) < 0.1
+
+
+def _llama3_tokens(writer, gguf) -> None:
+    """tiny_tokenizer's vocabulary with Llama 3.1's end-of-turn and end-of-message tokens, which
+    llama.cpp's converter names in no metadata key."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    tokens = [*bytes_to_unicode().values(), "Ġt", "<|eom_id|>", "<|eot_id|>",
+              *(f"<extra_{i}>" for i in range(252)), "<|end_of_text|>"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 257 + [3] * 2 + [4] * 252 + [3])
+    writer.add_token_merges(["Ġ t"])
+    writer.add_bos_token_id(511)
+    writer.add_eos_token_id(511)
+
+
+def test_a_llama3_file_stops_at_the_end_of_a_turn_and_of_a_tool_call_message(tmp_path):
+    """``<|eot_id|>`` and ``<|eom_id|>`` (a message that called a tool, Llama 3.1) end
+    generation as llama.cpp ends it, though the file names only eos."""
+    hf, arch, name = build("llama", **KQUANT_SIZED)
+    path = write_gguf(hf, tmp_path / "llama3.gguf", arch, name, qtype("Q8_0"),
+                      tokenizer=_llama3_tokens)
+    from agentrt.models.gguf_file import GGUFFile
+
+    assert GGUFFile(path).config["eos_token_id"] == [257, 258, 511]
