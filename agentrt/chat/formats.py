@@ -11,6 +11,10 @@ format is chosen from the template text (:func:`detect_format`) and can be named
   ``{"type": "function", "name": …}`` key first.
 - ``"mistral"`` (Mistral v0.3, Nemo): ``[TOOL_CALLS] [{"name": "X", "arguments": {...}}]``,
   all calls of a turn in one JSON list.
+- ``"mistral_args"`` (Mistral tokenizers v11+: Magistral, Devstral, Mistral-Small-3.2,
+  Ministral 3): ``[TOOL_CALLS]X[ARGS]{...}``, one ``[TOOL_CALLS]`` per call, the arguments
+  object alone after ``[ARGS]``; v11 templates put the call's id in between,
+  ``[TOOL_CALLS]X[CALL_ID]abcdefghi[ARGS]{...}``.
 
 What the grammar makes the model write (:mod:`.grammar`), what the history shows
 (:mod:`.template`) and what the parser reads (:mod:`.tool_calls`) all come from one
@@ -34,6 +38,7 @@ __all__ = [
     "HERMES",
     "LLAMA3",
     "MISTRAL",
+    "MISTRAL_ARGS",
     "Reasoning",
     "ToolCallFormat",
     "detect_format",
@@ -77,20 +82,40 @@ class ToolCallFormat:
     list_end: str = ""
     call_id_len: int = 0
     """Length of the call ids the template accepts (Mistral: 9 alphanumerics); 0: any id."""
+    args_tag: str = ""
+    """Mistral v11+: a call is ``call_begin`` + name + ``args_tag`` + the arguments object
+    (the name outside the JSON); empty: the call is one JSON object with a ``name`` key."""
+    call_id_tag: str = ""
+    """Written with the call's id between the name and ``args_tag`` (Mistral v11's
+    ``[CALL_ID]``)."""
 
     def __post_init__(self) -> None:
         if not self.open_tags:
             raise ValueError(f"tool-call format {self.name!r} needs an open tag")
         if bool(self.list_begin) != bool(self.list_end):
             raise ValueError("list_begin and list_end go together")
+        if self.call_id_tag and not (self.args_tag and self.call_id_len):
+            raise ValueError("call_id_tag needs args_tag and call_id_len")
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """Every marker of a call (decoding must keep them when they are special tokens)."""
+        return tuple(m for m in (*self.open_tags, self.args_tag, self.call_id_tag) if m)
 
     @property
     def is_list(self) -> bool:
         return bool(self.list_begin)
 
     def call_json(self, name: str, args: Mapping[str, Any]) -> str:
-        """One call's JSON: ``{"name": …, "<arguments key>": {…}}``."""
-        return json.dumps({"name": name, self.arguments_key: args}, ensure_ascii=False)
+        """One call's JSON: ``{"name": …, "<arguments key>": {…}}`` (with ``args_tag``:
+        ``name[ARGS]{…}``, ``name[CALL_ID]id[ARGS]{…}`` with an id made from the call)."""
+        if not self.args_tag:
+            return json.dumps({"name": name, self.arguments_key: args}, ensure_ascii=False)
+        arguments = json.dumps(args, ensure_ascii=False)
+        if not self.call_id_tag:
+            return f"{name}{self.args_tag}{arguments}"
+        call_id = self.template_call_id(f"{name}\0{arguments}")
+        return f"{name}{self.call_id_tag}{call_id}{self.args_tag}{arguments}"
 
     def format_call(self, name: str, args: Mapping[str, Any]) -> str:
         """One call exactly as the grammar makes the model write it (outside a list)."""
@@ -102,13 +127,18 @@ class ToolCallFormat:
         return f"{self.list_begin}{body}{self.list_end}"
 
     def call_prefix(self, name: str) -> str:
-        """A call up to its arguments object (a grammar tag's ``begin``)."""
+        """A call up to its arguments object (a grammar tag's ``begin``; with
+        ``call_id_tag``, up to the id)."""
+        if self.call_id_tag:
+            return f"{self.call_begin}{name}{self.call_id_tag}"
+        if self.args_tag:
+            return f"{self.call_begin}{name}{self.args_tag}"
         return f'{self.call_begin}{{"name": {json.dumps(name)}, "{self.arguments_key}": '
 
     @property
     def call_suffix(self) -> str:
         """A call after its arguments object (a grammar tag's ``end``)."""
-        return "}" + self.call_end
+        return self.call_end if self.args_tag else "}" + self.call_end
 
     def template_call_id(self, call_id: str) -> str:
         """``call_id`` in the form the template accepts (the same id maps to the same one)."""
@@ -127,7 +157,11 @@ LLAMA3 = ToolCallFormat(
 MISTRAL = ToolCallFormat(
     "mistral", "mistral_json", open_tags=("[TOOL_CALLS]",), separator=", ",
     list_begin="[TOOL_CALLS] [", list_end="]", call_id_len=9)
-FORMATS: dict[str, ToolCallFormat] = {f.name: f for f in (HERMES, LLAMA3, MISTRAL)}
+MISTRAL_ARGS = ToolCallFormat(
+    "mistral_args", "mistral_args", open_tags=("[TOOL_CALLS]",), args_tag="[ARGS]",
+    call_begin="[TOOL_CALLS]", separator="")
+FORMATS: dict[str, ToolCallFormat] = {
+    f.name: f for f in (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS)}
 
 
 def get_format(name: str | ToolCallFormat) -> ToolCallFormat:
@@ -153,14 +187,20 @@ def template_text(source: Any) -> str:
 def detect_format(source: Any, override: str | ToolCallFormat | None = None) -> ToolCallFormat:
     """The tool-call format of a tokenizer's chat template (or of a template string).
 
-    ``[TOOL_CALLS]`` in the template → Mistral (with the template's own spacing before the
-    list); ``<tool_call>`` → Hermes; ``<|python_tag|>``, or ``"parameters"`` calls ended by
-    ``<|eot_id|>`` → Llama 3; anything else (a template that renders no tools) → Hermes,
-    agentrt's fallback convention. ``override`` names the format instead.
+    ``[TOOL_CALLS]`` and ``[ARGS]`` in the template → Mistral v11+ (with ``[CALL_ID]`` and
+    9-character ids where the template writes them); ``[TOOL_CALLS]`` alone → Mistral's JSON
+    list (with the template's own spacing before the list); ``<tool_call>`` → Hermes;
+    ``<|python_tag|>``, or ``"parameters"`` calls ended by ``<|eot_id|>`` → Llama 3; anything
+    else (a template that renders no tools) → Hermes, agentrt's fallback convention.
+    ``override`` names the format instead.
     """
     if override is not None:
         return get_format(override)
     template = template_text(source)
+    if "[TOOL_CALLS]" in template and "[ARGS]" in template:
+        if "[CALL_ID]" in template:
+            return replace(MISTRAL_ARGS, call_id_tag="[CALL_ID]", call_id_len=9)
+        return MISTRAL_ARGS
     if "[TOOL_CALLS]" in template:
         if '"[TOOL_CALLS][' in template or "'[TOOL_CALLS][" in template:
             return replace(MISTRAL, list_begin="[TOOL_CALLS][")  # Nemo: no space

@@ -7,7 +7,9 @@ template shows it back), with arguments that match that tool's JSON schema:
 - ``tool_choice="auto"``: free text; once a call starts it must become a call to one of the
   tools (then free text again). Hermes: a call starts at ``<tool_`` (small models like to
   imitate the tool's turn, ``<tool_response>``; in free text, ``<tool_`` only opens a call);
-  Llama 3: at ``{"name": ``; Mistral: at ``[TOOL_CALLS]``, a list of calls.
+  Llama 3: at ``{"name": ``; Mistral: at ``[TOOL_CALLS]``, a list of calls (v11+: one call,
+  ``[TOOL_CALLS]name[ARGS]{…}``, with a 9-alphanumeric id after ``[CALL_ID]`` where the
+  template writes one).
 - ``"required"`` or one tool's name: nothing but calls (to that tool), at least one.
 - ``"none"``: free text in which no call can start.
 
@@ -126,6 +128,9 @@ def tool_call_format(tools: Sequence[dict[str, Any]], tool_choice: ToolChoice,
     if tool_format.is_list:
         return {"type": "triggered_tags", "triggers": list(tool_format.open_tags),
                 "tags": [calls], "stop_after_first": True}
+    if not tool_format.bare_opens:  # the open tag begins each call: [TOOL_CALLS]name[ARGS]
+        return {"type": "triggered_tags", "triggers": list(tool_format.open_tags), "tags": tags,
+                "stop_after_first": not parallel_tool_calls}
     return {"type": "triggered_tags", "triggers": list(tool_format.bare_opens), "tags": tags,
             "excludes": list(tool_format.open_tags), "stop_after_first": not parallel_tool_calls}
 
@@ -173,7 +178,11 @@ def _json_format(schema: dict[str, Any] | None) -> dict[str, Any]:
 
 def _call_tag(function: dict[str, Any], tool_format: ToolCallFormat) -> dict[str, Any]:
     schema = function.get("parameters") or {"type": "object", "properties": {}}
+    content: dict[str, Any] = {"type": "json_schema", "json_schema": schema,
+                               "max_whitespace_cnt": _MAX_JSON_WHITESPACE}
+    if tool_format.call_id_tag:  # [CALL_ID]<id>[ARGS]{arguments}
+        content = {"type": "sequence", "elements": [
+            {"type": "regex", "pattern": f"[A-Za-z0-9]{{{tool_format.call_id_len}}}"},
+            {"type": "const_string", "value": tool_format.args_tag}, content]}
     return {"type": "tag", "begin": tool_format.call_prefix(function["name"]),
-            "content": {"type": "json_schema", "json_schema": schema,
-                        "max_whitespace_cnt": _MAX_JSON_WHITESPACE},
-            "end": tool_format.call_suffix}
+            "content": content, "end": tool_format.call_suffix}

@@ -51,6 +51,8 @@ _FORMAT_PROMPTS = {  # how each non-Hermes format is asked for, when the templat
               "function name, \"parameters\": dictionary of argument name and its value}.",
     "mistral": 'To call functions, respond with [TOOL_CALLS] followed by a JSON list of '
                '{"name": <function-name>, "arguments": <args-json-object>} objects.',
+    "mistral_args": "To call a function, respond with [TOOL_CALLS], the function name, [ARGS] "
+                    "and its arguments as a JSON object; one [TOOL_CALLS] per call.",
 }
 
 

@@ -21,8 +21,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.agent.parsers.base import CallEnd, ParseError, Piece, ToolName
+from agentrt.agent.parsers.base import BaseStreamParser, CallEnd, ParseError, Piece, ToolName
 from agentrt.agent.parsers.json_toolcall import JsonToolCallParser
+from agentrt.agent.parsers.mistral_args import MistralArgsToolCallParser
 from agentrt.chat.formats import HERMES, THINK_CLOSE, THINK_OPEN, Reasoning, ToolCallFormat
 
 __all__ = ["CLOSE_TAG", "OPEN_TAG", "StreamPiece", "ToolCallStream", "format_tool_call",
@@ -67,7 +68,7 @@ class StreamPiece:
 class _Call:
     index: int
     id: str = field(default_factory=new_call_id)
-    parser: JsonToolCallParser = field(default_factory=JsonToolCallParser)
+    parser: BaseStreamParser = field(default_factory=JsonToolCallParser)
     name: str | None = None
     args: dict[str, Any] = field(default_factory=dict)
     raw: list[str] = field(default_factory=list)
@@ -203,9 +204,13 @@ class ToolCallStream:
         return rest[1:] if is_end else rest
 
     def _start_call(self) -> None:
-        self._call = _Call(self._num_calls)
+        if self.format.args_tag:  # Mistral v11+: name[ARGS]{arguments}
+            self._call = _Call(self._num_calls, parser=MistralArgsToolCallParser())
+            self._call.parser.feed(self.format.open_tags[0])
+        else:
+            self._call = _Call(self._num_calls)
+            self._call.parser.feed(OPEN_TAG)
         self._num_calls += 1
-        self._call.parser.feed(OPEN_TAG)
 
     # --- inside a call -----------------------------------------------------------------------
     def _feed_call(self, text: str, out: StreamPiece) -> str:
@@ -270,7 +275,8 @@ class ToolCallStream:
             self._on_argument(call, event, out)
         elif isinstance(event, CallEnd):
             call.state = "closing"
-            call.error, written = _check_call("".join(call.raw))
+            call.error, written = (None, "") if self.format.args_tag else \
+                _check_call("".join(call.raw))
             if call.error is None:
                 self._emit(out, call, "}" if call.args else "{}")
             elif written and not call.args and call.open_key is None:

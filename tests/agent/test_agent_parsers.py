@@ -264,6 +264,11 @@ SAMPLES = {
         '{"name": "g", "arguments": {}}] after [TOOL_CALLS][{"name": "h", "arguments": {"a": '
         'true}}] [TOOL_CALLS] [{"name": 5}] [TOOL_CALLS] [{"name": "t", "arguments": {"a": [1'
     ),
+    "mistral_args": (
+        'OK 😀 [TOOL_CALLS]search[ARGS]{"query": "ü 日本"}[TOOL_CALLS]g[CALL_ID]abc123xyz[ARGS]{} '
+        'then [TOOL_CALLS]bad name[ARGS]{} [TOOL_CALLS]h[ARGS]{"a": true}[TOOL_CALLS]n[ARGS]5 '
+        '[TOOL_CALLS]t[ARGS]{"a": [1'
+    ),
     "react": (
         'Thought: ümlaut 😀\nAction: search\nAction Input: "€ prices"\nObservation: x\n'
         "Action: python_repl\nAction Input: print('日本')\nx = 1\nThought: ok\nFinal Answer: 答え"

@@ -1,13 +1,14 @@
-"""The Llama 3 and Mistral JSON tool-call parsers: events and partial execution through
-ToolStream (a call's tool starts as it is written). Split invariance (text and UTF-8 bytes) is
-checked for every syntax in test_agent_parsers.py, whose SAMPLES hold these formats too."""
+"""The Llama 3, Mistral JSON and Mistral v11+ (``[ARGS]``) tool-call parsers: events and
+partial execution through ToolStream (a call's tool starts as it is written). Split invariance
+(text and UTF-8 bytes) is checked for every syntax in test_agent_parsers.py, whose SAMPLES
+hold these formats too."""
 
 from __future__ import annotations
 
 import pytest
 from test_agent_parsers import SAMPLES, parse  # the formats' samples live with the others
 
-from agentrt.agent import ToolRuntime, ToolStream
+from agentrt.agent import ToolRuntime, ToolStream, create_parser
 from agentrt.agent.parsers.base import CallEnd, CallStart, ParseError, Piece, ToolName
 
 
@@ -40,10 +41,22 @@ def test_mistral_list_items_are_calls():
     assert len(errors) == 2 and "name" in errors[0] and "truncated" in errors[1]
 
 
+def test_mistral_v11_calls_start_at_the_name_and_refuse_what_is_no_call():
+    events = parse("mistral_args", [SAMPLES["mistral_args"]])
+    assert calls(events) == [("search", {"query": "ü 日本"}), ("g", {}), ("h", {"a": True})]
+    errors = [e.message for e in events if isinstance(e, ParseError)]
+    assert len(errors) == 3 and "tool name" in errors[0] and "'{'" in errors[1]
+    assert "truncated" in errors[2]
+    parser = create_parser("mistral_args")
+    assert parser.feed('[TOOL_CALLS]search[AR') == [CallStart("mistral_args")]
+    assert parser.feed('GS]{"q') == [ToolName("search")]  # the tool may start here
+
+
 @pytest.mark.parametrize(("syntax", "reply"), [
     ("llama3_json", '{"name": "calculator", "parameters": {"expression": "200 * 701"}}'),
     ("mistral_json", '[TOOL_CALLS] [{"name": "calculator", "arguments": '
                      '{"expression": "200 * 701"}}]'),
+    ("mistral_args", '[TOOL_CALLS]calculator[ARGS]{"expression": "200 * 701"}'),
 ])
 def test_partial_execution_starts_the_tool_when_its_arguments_are_complete(
         tokenizer, syntax, reply):

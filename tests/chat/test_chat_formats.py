@@ -5,6 +5,7 @@ parsing (calls, chunks, ``<think>`` reasoning) that does not depend on where the
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.chat import ToolCallStream, detect_format, render_prompt, template_caps
-from agentrt.chat.formats import HERMES, LLAMA3, MISTRAL, detect_reasoning, get_format
+from agentrt.chat.formats import (
+    HERMES,
+    LLAMA3,
+    MISTRAL,
+    MISTRAL_ARGS,
+    detect_reasoning,
+    get_format,
+)
 from agentrt.chat.grammar import output_structural_tag
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -41,17 +49,21 @@ def template(name: str) -> str:
     ("mistral-v0.3", "mistral", "[TOOL_CALLS] ["),
     ("mistral-nemo", "mistral", "[TOOL_CALLS]["),
     ("qwen3", "hermes", ""),
+    ("ministral-3", "mistral_args", ""),
+    ("mistral-v11", "mistral_args", ""),
 ])
 def test_the_format_is_read_from_the_real_template(name, expected, list_begin):
     fmt = detect_format(template(name))
     assert fmt.name == expected and fmt.list_begin == list_begin
+    assert (fmt.call_id_tag, fmt.call_id_len) == (("[CALL_ID]", 9) if name == "mistral-v11"
+                                                   else ("", 9 if fmt.is_list else 0))
     assert detect_format(template(name), "hermes") is HERMES  # the caller can override
 
 
 def test_templates_without_tools_get_hermes_and_unknown_names_are_refused(tokenizer):
     assert detect_format(tokenizer) is HERMES  # SmolLM2's template renders no tools
     assert detect_format(None) is HERMES
-    with pytest.raises(ValueError, match="known: hermes, llama3, mistral"):
+    with pytest.raises(ValueError, match="known: hermes, llama3, mistral, mistral_args"):
         get_format("pythonic")
 
 
@@ -62,7 +74,8 @@ def test_reasoning_is_read_from_the_template_and_the_prompt():
     assert detect_reasoning(template("qwen3"), "assistant\n<think>\n\n</think>\n\n") == "detect"
 
 
-@pytest.mark.parametrize("name", ["llama3.1", "mistral-v0.3", "mistral-nemo", "qwen3"])
+@pytest.mark.parametrize("name", ["llama3.1", "mistral-v0.3", "mistral-nemo", "qwen3",
+                                  "ministral-3", "mistral-v11"])
 def test_the_history_shows_back_what_the_format_writes(tokenizer, name):
     text = template(name)
     fmt = detect_format(text)
@@ -75,6 +88,12 @@ def test_the_history_shows_back_what_the_format_writes(tokenizer, name):
         assert len(call_id) == 9 and call_id.isalnum()
         written = written[:-2] + f', "id": "{call_id}"}}]'
         assert f'"call_id": "{call_id}"' in prompt  # the tool result names the same id
+    elif fmt.call_id_tag:  # Mistral v11: [TOOL_CALLS]name[CALL_ID]id[ARGS]{…}
+        call_id = fmt.template_call_id("call_0123456789abcdef")
+        written = f'[TOOL_CALLS]multiply[CALL_ID]{call_id}[ARGS]{{"a": 3, "b": 7}}'
+        assert f"[TOOL_RESULTS]{call_id}[TOOL_CONTENT]21[/TOOL_RESULTS]" in prompt
+    elif fmt.args_tag:
+        assert "[TOOL_RESULTS]21[/TOOL_RESULTS]" in prompt
     assert written in prompt
     assert '"name": "multiply"' in prompt.split(written)[0]  # the tool was shown first
 
@@ -109,7 +128,11 @@ TOOLS = [{"type": "function", "function": {"name": n, "parameters": {
     for n in ("f", "g")]
 
 
-@pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL], ids=lambda f: f.name)
+MISTRAL_V11 = replace(MISTRAL_ARGS, call_id_tag="[CALL_ID]", call_id_len=9)
+
+
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, MISTRAL_V11],
+                         ids=["hermes", "llama3", "mistral", "mistral_args", "mistral_v11"])
 def test_grammars_accept_exactly_what_the_format_writes(compiler, fmt):
     one = fmt.format_calls([("g", {"a": 1})])
     two = fmt.format_calls([("f", {"a": 1}), ("g", {"a": 2})])
@@ -166,6 +189,11 @@ SAMPLES = {  # (format, reasoning, output text)
                 "\"arguments\": {\"query\": \"ü\"}, \"id\": \"abc123xyz\"}, {\"name\": \"g\", "
                 "\"arguments\": {}}] after [TOOL_CALLS][{\"name\": \"h\", \"arguments\": "
                 "{\"a\": true}}] [TOOL_CALLS] [{\"name\": \"t\", \"arguments\": {\"a\": [1"),
+    "mistral_args": (MISTRAL_ARGS, "none",
+                     'Let me check 😀 [TOOL_CALLS]search[ARGS]{"query": "ü 日本", "n": 2}'
+                     "[TOOL_CALLS]g[CALL_ID]abc123xyz[ARGS]{} then [TOOL_CALLS]bad name[ARGS]{} x "
+                     "[TOOL_CALLS][ARGS]{} [TOOL_CALLS]h[ARGS]5 [TOOL_CALLS]k[ARGS]{\"a\": true}"
+                     '[TOOL_CALLS]t[ARGS]{"a": [1'),
 }
 EXPECTED = {
     "hermes": dict(
@@ -179,6 +207,10 @@ EXPECTED = {
     "mistral": dict(
         content="OK  after  ", reasoning="still thinking 🤔",
         calls=[("search", {"query": "ü"}), ("g", {}), ("h", {"a": True})], invalid=["t"]),
+    "mistral_args": dict(  # a bad name, an empty one, arguments that are no object: invalid
+        content="Let me check 😀 then name[ARGS]{} x {}  ", reasoning="",
+        calls=[("search", {"query": "ü 日本", "n": 2}), ("g", {}), ("k", {"a": True})],
+        invalid=[None, None, "h", "t"]),
 }
 
 
@@ -239,6 +271,14 @@ def test_any_resplitting_gives_identical_calls_chunks_and_text(name, cuts):
 def test_character_by_character(name):
     text = SAMPLES[name][2]
     assert comparable(run_stream(name, list(text))) == comparable(run_stream(name, [text]))
+
+
+def test_mistral_v11_grammar_takes_a_9_character_call_id(compiler):
+    tag = output_structural_tag(TOOLS, "required", tool_format=MISTRAL_V11)
+    call = '[TOOL_CALLS]g[CALL_ID]{}[ARGS]{{"a": 1}}'
+    assert accepts(compiler, tag, call.format("abc123XYZ"))
+    assert not accepts(compiler, tag, call.format("abc123XY"))
+    assert not accepts(compiler, tag, '[TOOL_CALLS]g[ARGS]{"a": 1}')
 
 
 def test_arguments_stream_before_a_llama3_call_ends():

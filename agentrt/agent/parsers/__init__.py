@@ -1,6 +1,7 @@
 """Streaming parsers, one per output syntax, behind a registry.
 
-``create_parser("fenced_code" | "json_toolcall" | "llama3_json" | "mistral_json" | "react")``
+``create_parser("fenced_code" | "json_toolcall" | "llama3_json" | "mistral_json" |
+"mistral_args" | "react")``
 builds one; every parser takes text or bytes chunks through
 :meth:`~agentrt.agent.parsers.base.BaseStreamParser.feed` and reports the tool-call events
 (:mod:`agentrt.agent.parsers.base`) those chunks complete.
@@ -42,6 +43,7 @@ PARSERS: Registry[type[BaseStreamParser]] = Registry(
         "json_toolcall": "agentrt.agent.parsers.json_toolcall:JsonToolCallParser",
         "llama3_json": "agentrt.agent.parsers.json_toolcall:Llama3ToolCallParser",
         "mistral_json": "agentrt.agent.parsers.json_toolcall:MistralToolCallParser",
+        "mistral_args": "agentrt.agent.parsers.mistral_args:MistralArgsToolCallParser",
         "react": "agentrt.agent.parsers.react:ReActParser",
     },
 )

@@ -83,8 +83,9 @@ class _JsonStream:
     """Parses one JSON object incrementally; collects events for the tool-call roles."""
 
     def __init__(self, name_keys: tuple[str, ...], argument_keys: tuple[str, ...],
-                 is_strict: bool = False) -> None:
+                 is_strict: bool = False, root_role: Role = "root") -> None:
         self.name_keys, self.argument_keys = name_keys, argument_keys
+        self.root_role = root_role  # "arguments": the object is a call's arguments alone
         self.is_strict = is_strict
         self.stack: list[_Frame] = []
         self.events: list[Event] = []
@@ -125,7 +126,8 @@ class _JsonStream:
             return
         if not self.stack:
             if self.root is not None or c != "{":
-                raise _JsonError(f"expected '{{' to open the tool call, got {c!r}")
+                what = "tool call" if self.root_role == "root" else "arguments object"
+                raise _JsonError(f"expected '{{' to open the {what}, got {c!r}")
             return self._push(True)
         frame = self.stack[-1]
         state = frame.state
@@ -174,11 +176,11 @@ class _JsonStream:
     def _push(self, is_object: bool) -> None:
         role: Role = "other"
         if not self.stack:
-            role = "root"
+            role = self.root_role
         elif self.stack[-1].role == "root" and self.stack[-1].key in self.argument_keys:
             role = "arguments" if is_object else "other"
         container: Any = {} if is_object else []
-        if role == "root":
+        if not self.stack:
             self.root = container
         state = "key_or_end" if is_object else "value_or_end"
         self.stack.append(_Frame(is_object, role, container, state))
