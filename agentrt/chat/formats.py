@@ -15,6 +15,9 @@ format is chosen from the template text (:func:`detect_format`) and can be named
   Ministral 3): ``[TOOL_CALLS]X[ARGS]{...}``, one ``[TOOL_CALLS]`` per call, the arguments
   object alone after ``[ARGS]``; v11 templates put the call's id in between,
   ``[TOOL_CALLS]X[CALL_ID]abcdefghi[ARGS]{...}``.
+- ``"qwen_xml"`` (Qwen3-Coder): XML calls, ``<tool_call>``, ``<function=X>``, a
+  ``<parameter=a>\\n1\\n</parameter>`` block per argument, ``</function>``,
+  ``</tool_call>`` (each on its own line); a value as text (a string as it is, else JSON).
 
 What the grammar makes the model write (:mod:`.grammar`), what the history shows
 (:mod:`.template`) and what the parser reads (:mod:`.tool_calls`) all come from one
@@ -39,12 +42,14 @@ __all__ = [
     "LLAMA3",
     "MISTRAL",
     "MISTRAL_ARGS",
+    "QWEN_XML",
     "Reasoning",
     "ToolCallFormat",
     "detect_format",
     "detect_reasoning",
     "get_format",
     "template_text",
+    "xml_value",
 ]
 
 Reasoning = Literal["none", "detect", "open"]
@@ -88,6 +93,9 @@ class ToolCallFormat:
     call_id_tag: str = ""
     """Written with the call's id between the name and ``args_tag`` (Mistral v11's
     ``[CALL_ID]``)."""
+    is_xml: bool = False
+    """Qwen3-Coder: a call is ``<function=name>`` and a ``<parameter=key>`` block per argument
+    (between ``call_begin`` and ``call_end``), no JSON object."""
 
     def __post_init__(self) -> None:
         if not self.open_tags:
@@ -109,6 +117,10 @@ class ToolCallFormat:
     def call_json(self, name: str, args: Mapping[str, Any]) -> str:
         """One call's JSON: ``{"name": …, "<arguments key>": {…}}`` (with ``args_tag``:
         ``name[ARGS]{…}``, ``name[CALL_ID]id[ARGS]{…}`` with an id made from the call)."""
+        if self.is_xml:
+            return f"<function={name}>\n" + "".join(
+                f"<parameter={key}>\n{xml_value(value)}\n</parameter>\n"
+                for key, value in args.items())
         if not self.args_tag:
             return json.dumps({"name": name, self.arguments_key: args}, ensure_ascii=False)
         arguments = json.dumps(args, ensure_ascii=False)
@@ -129,6 +141,8 @@ class ToolCallFormat:
     def call_prefix(self, name: str) -> str:
         """A call up to its arguments object (a grammar tag's ``begin``; with
         ``call_id_tag``, up to the id)."""
+        if self.is_xml:
+            return f"{self.call_begin}<function={name}>\n"
         if self.call_id_tag:
             return f"{self.call_begin}{name}{self.call_id_tag}"
         if self.args_tag:
@@ -138,7 +152,7 @@ class ToolCallFormat:
     @property
     def call_suffix(self) -> str:
         """A call after its arguments object (a grammar tag's ``end``)."""
-        return self.call_end if self.args_tag else "}" + self.call_end
+        return self.call_end if self.args_tag or self.is_xml else "}" + self.call_end
 
     def template_call_id(self, call_id: str) -> str:
         """``call_id`` in the form the template accepts (the same id maps to the same one)."""
@@ -160,8 +174,16 @@ MISTRAL = ToolCallFormat(
 MISTRAL_ARGS = ToolCallFormat(
     "mistral_args", "mistral_args", open_tags=("[TOOL_CALLS]",), args_tag="[ARGS]",
     call_begin="[TOOL_CALLS]", separator="")
+QWEN_XML = ToolCallFormat(
+    "qwen_xml", "qwen_xml", open_tags=("<tool_call>",), close_tag="</tool_call>",
+    call_begin="<tool_call>\n", call_end="</function>\n</tool_call>", is_xml=True)
 FORMATS: dict[str, ToolCallFormat] = {
-    f.name: f for f in (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS)}
+    f.name: f for f in (HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, QWEN_XML)}
+
+
+def xml_value(value: Any) -> str:
+    """A parameter's value as an XML call writes it: a string as it is, else JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def get_format(name: str | ToolCallFormat) -> ToolCallFormat:
@@ -189,7 +211,8 @@ def detect_format(source: Any, override: str | ToolCallFormat | None = None) -> 
 
     ``[TOOL_CALLS]`` and ``[ARGS]`` in the template → Mistral v11+ (with ``[CALL_ID]`` and
     9-character ids where the template writes them); ``[TOOL_CALLS]`` alone → Mistral's JSON
-    list (with the template's own spacing before the list); ``<tool_call>`` → Hermes;
+    list (with the template's own spacing before the list); ``<function=`` and
+    ``<parameter=`` → Qwen3-Coder's XML calls; ``<tool_call>`` → Hermes;
     ``<|python_tag|>``, or ``"parameters"`` calls ended by ``<|eot_id|>`` → Llama 3; anything
     else (a template that renders no tools) → Hermes, agentrt's fallback convention.
     ``override`` names the format instead.
@@ -205,6 +228,8 @@ def detect_format(source: Any, override: str | ToolCallFormat | None = None) -> 
         if '"[TOOL_CALLS][' in template or "'[TOOL_CALLS][" in template:
             return replace(MISTRAL, list_begin="[TOOL_CALLS][")  # Nemo: no space
         return MISTRAL
+    if "<function=" in template and "<parameter=" in template:
+        return QWEN_XML
     if "<tool_call>" in template:
         return HERMES
     if "<|python_tag|>" in template or ('"parameters"' in template and "<|eot_id|>" in template):

@@ -9,7 +9,8 @@ template shows it back), with arguments that match that tool's JSON schema:
   imitate the tool's turn, ``<tool_response>``; in free text, ``<tool_`` only opens a call);
   Llama 3: at ``{"name": ``; Mistral: at ``[TOOL_CALLS]``, a list of calls (v11+: one call,
   ``[TOOL_CALLS]name[ARGS]{…}``, with a 9-alphanumeric id after ``[CALL_ID]`` where the
-  template writes one).
+  template writes one); Qwen3-Coder: at ``<tool_call>``, ``<parameter=…>`` blocks that xgrammar
+  checks against the schema (its ``qwen_xml`` style).
 - ``"required"`` or one tool's name: nothing but calls (to that tool), at least one.
 - ``"none"``: free text in which no call can start.
 
@@ -180,6 +181,8 @@ def _call_tag(function: dict[str, Any], tool_format: ToolCallFormat) -> dict[str
     schema = function.get("parameters") or {"type": "object", "properties": {}}
     content: dict[str, Any] = {"type": "json_schema", "json_schema": schema,
                                "max_whitespace_cnt": _MAX_JSON_WHITESPACE}
+    if tool_format.is_xml:  # <parameter=key>value</parameter> blocks, the schema's values
+        content["style"] = "qwen_xml"
     if tool_format.call_id_tag:  # [CALL_ID]<id>[ARGS]{arguments}
         content = {"type": "sequence", "elements": [
             {"type": "regex", "pattern": f"[A-Za-z0-9]{{{tool_format.call_id_len}}}"},

@@ -53,6 +53,9 @@ _FORMAT_PROMPTS = {  # how each non-Hermes format is asked for, when the templat
                '{"name": <function-name>, "arguments": <args-json-object>} objects.',
     "mistral_args": "To call a function, respond with [TOOL_CALLS], the function name, [ARGS] "
                     "and its arguments as a JSON object; one [TOOL_CALLS] per call.",
+    "qwen_xml": "To call a function, reply with <tool_call>\n<function=NAME>\n, then for "
+                "each argument <parameter=ARGUMENT>\nvalue\n</parameter>\n, then "
+                "</function>\n</tool_call>.",
 }
 
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.agent.parsers.base import BaseStreamParser, CallEnd, ParseError, Piece, ToolName
 from agentrt.agent.parsers.json_toolcall import JsonToolCallParser
 from agentrt.agent.parsers.mistral_args import MistralArgsToolCallParser
+from agentrt.agent.parsers.qwen_xml import QwenXmlToolCallParser
 from agentrt.chat.formats import HERMES, THINK_CLOSE, THINK_OPEN, Reasoning, ToolCallFormat
 
 __all__ = ["CLOSE_TAG", "OPEN_TAG", "StreamPiece", "ToolCallStream", "format_tool_call",
@@ -85,12 +87,16 @@ class ToolCallStream:
     ``reasoning``: ``"detect"`` reads ``<think>…</think>`` as reasoning, ``"open"`` starts
     inside such a block (the prompt opened it), ``"none"`` (default) has no reasoning syntax.
     ``can_call=False`` (a request with no tools, or ``tool_choice="none"``) reads no calls:
-    what looks like one is answer text.
+    what looks like one is answer text. ``tools`` (OpenAI tool dicts) type the parameters of
+    XML calls (Qwen3-Coder): a string parameter stays a string and streams as it is written.
     """
 
     def __init__(self, tool_format: ToolCallFormat = HERMES, *,
-                 reasoning: Reasoning = "none", can_call: bool = True) -> None:
+                 reasoning: Reasoning = "none", can_call: bool = True,
+                 tools: Sequence[dict[str, Any]] = ()) -> None:
         self.format = tool_format
+        self._schemas = {t["function"]["name"]: t["function"].get("parameters") or {}
+                         for t in tools}
         self.tool_calls: list[ToolCall] = []
         self.invalid_tool_calls: list[InvalidToolCall] = []
         self._bare_opens = tool_format.bare_opens + tool_format.loose_opens
@@ -207,6 +213,10 @@ class ToolCallStream:
         if self.format.args_tag:  # Mistral v11+: name[ARGS]{arguments}
             self._call = _Call(self._num_calls, parser=MistralArgsToolCallParser())
             self._call.parser.feed(self.format.open_tags[0])
+        elif self.format.is_xml:  # Qwen3-Coder: <function=name><parameter=key>value…
+            self._call = _Call(self._num_calls, parser=QwenXmlToolCallParser(
+                schemas=self._schemas))
+            self._call.parser.feed(self.format.open_tags[0])
         else:
             self._call = _Call(self._num_calls)
             self._call.parser.feed(OPEN_TAG)
@@ -275,8 +285,8 @@ class ToolCallStream:
             self._on_argument(call, event, out)
         elif isinstance(event, CallEnd):
             call.state = "closing"
-            call.error, written = (None, "") if self.format.args_tag else \
-                _check_call("".join(call.raw))
+            call.error, written = (None, "") if self.format.args_tag or self.format.is_xml \
+                else _check_call("".join(call.raw))
             if call.error is None:
                 self._emit(out, call, "}" if call.args else "{}")
             elif written and not call.args and call.open_key is None:

@@ -269,6 +269,14 @@ SAMPLES = {
         'then [TOOL_CALLS]bad name[ARGS]{} [TOOL_CALLS]h[ARGS]{"a": true}[TOOL_CALLS]n[ARGS]5 '
         '[TOOL_CALLS]t[ARGS]{"a": [1'
     ),
+    "qwen_xml": (
+        "Sure 😀\n<tool_call>\n<function=search>\n<parameter=query>\ncafé\n日本\n\n</parameter>\n"
+        "<parameter=n>\n3\n</parameter>\n</function>\n</tool_call> <tool_call>\n<function=g>\n"
+        "</function>\n</tool_call><tool_call><function=bad name></function></tool_call> x "
+        "<tool_call>\n<function=h>\n<parameter=a>\ntrue\n</parameter>\n<parameter=a>\n1\n"
+        "</parameter>\n</function></tool_call><tool_call>\n<function=k>\n<parameter=s>\n[1]"
+        "\n</parameter>\njunk</function><tool_call>\n<function=t>\n<parameter=code>\nprint(1)\n"
+    ),
     "react": (
         'Thought: ümlaut 😀\nAction: search\nAction Input: "€ prices"\nObservation: x\n'
         "Action: python_repl\nAction Input: print('日本')\nx = 1\nThought: ok\nFinal Answer: 答え"

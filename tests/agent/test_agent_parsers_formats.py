@@ -1,7 +1,7 @@
-"""The Llama 3, Mistral JSON and Mistral v11+ (``[ARGS]``) tool-call parsers: events and
-partial execution through ToolStream (a call's tool starts as it is written). Split invariance
-(text and UTF-8 bytes) is checked for every syntax in test_agent_parsers.py, whose SAMPLES
-hold these formats too."""
+"""The Llama 3, Mistral JSON, Mistral v11+ (``[ARGS]``) and Qwen3-Coder XML tool-call parsers:
+events and partial execution through ToolStream (a call's tool starts as it is written). Split
+invariance (text and UTF-8 bytes) is checked for every syntax in test_agent_parsers.py, whose
+SAMPLES hold these formats too."""
 
 from __future__ import annotations
 
@@ -52,11 +52,28 @@ def test_mistral_v11_calls_start_at_the_name_and_refuse_what_is_no_call():
     assert parser.feed('GS]{"q') == [ToolName("search")]  # the tool may start here
 
 
+def test_qwen_xml_calls_start_at_the_function_and_refuse_what_is_no_call():
+    events = parse("qwen_xml", [SAMPLES["qwen_xml"]])
+    assert calls(events) == [("search", {"query": "café\n日本\n", "n": 3}), ("g", {})]
+    errors = [e.message for e in events if isinstance(e, ParseError)]
+    assert len(errors) == 4 and "tool name" in errors[0] and "twice" in errors[1]
+    assert "'j'" in errors[2] and "truncated" in errors[3]
+    parser = create_parser("qwen_xml", schemas={"run": {"properties": {
+        "code": {"type": "string"}}}})
+    assert parser.feed("<tool_call>\n<function=run") == [CallStart("qwen_xml")]
+    assert parser.feed(">\n<parameter=code>\nx = 1\n") == [  # the held newline may end it
+        ToolName("run"), *(Piece("delta", d, key="code") for d in ("x ", "=", " "))]
+    assert parser.feed("</parameter>\n</function>") == [
+        Piece("delta", "1", key="code"), Piece("argument", key="code", value="x = 1"), CallEnd()]
+
+
 @pytest.mark.parametrize(("syntax", "reply"), [
     ("llama3_json", '{"name": "calculator", "parameters": {"expression": "200 * 701"}}'),
     ("mistral_json", '[TOOL_CALLS] [{"name": "calculator", "arguments": '
                      '{"expression": "200 * 701"}}]'),
     ("mistral_args", '[TOOL_CALLS]calculator[ARGS]{"expression": "200 * 701"}'),
+    ("qwen_xml", "<tool_call>\n<function=calculator>\n<parameter=expression>\n200 * 701\n"
+                 "</parameter>\n</function>\n</tool_call>"),
 ])
 def test_partial_execution_starts_the_tool_when_its_arguments_are_complete(
         tokenizer, syntax, reply):
@@ -69,6 +86,7 @@ def test_partial_execution_starts_the_tool_when_its_arguments_are_complete(
             if complete_at is None and stream.call_complete:
                 complete_at = i
         assert complete_at is not None  # the call ended with its JSON, before the stream did
-        assert "}" in tokenizer.decode(ids[complete_at:])
+        closing = ">" if syntax == "qwen_xml" else "}"  # the call's last character: its token
+        assert closing in tokenizer.decode(ids[complete_at : complete_at + 1])
         stream.close()
         assert stream.observation().text == "140200"

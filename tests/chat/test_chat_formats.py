@@ -18,6 +18,7 @@ from agentrt.chat.formats import (
     LLAMA3,
     MISTRAL,
     MISTRAL_ARGS,
+    QWEN_XML,
     detect_reasoning,
     get_format,
 )
@@ -51,6 +52,7 @@ def template(name: str) -> str:
     ("qwen3", "hermes", ""),
     ("ministral-3", "mistral_args", ""),
     ("mistral-v11", "mistral_args", ""),
+    ("qwen3-coder", "qwen_xml", ""),
 ])
 def test_the_format_is_read_from_the_real_template(name, expected, list_begin):
     fmt = detect_format(template(name))
@@ -63,7 +65,7 @@ def test_the_format_is_read_from_the_real_template(name, expected, list_begin):
 def test_templates_without_tools_get_hermes_and_unknown_names_are_refused(tokenizer):
     assert detect_format(tokenizer) is HERMES  # SmolLM2's template renders no tools
     assert detect_format(None) is HERMES
-    with pytest.raises(ValueError, match="known: hermes, llama3, mistral, mistral_args"):
+    with pytest.raises(ValueError, match="known: hermes, llama3, mistral, mistral_args, qwen_xml"):
         get_format("pythonic")
 
 
@@ -75,7 +77,7 @@ def test_reasoning_is_read_from_the_template_and_the_prompt():
 
 
 @pytest.mark.parametrize("name", ["llama3.1", "mistral-v0.3", "mistral-nemo", "qwen3",
-                                  "ministral-3", "mistral-v11"])
+                                  "ministral-3", "mistral-v11", "qwen3-coder"])
 def test_the_history_shows_back_what_the_format_writes(tokenizer, name):
     text = template(name)
     fmt = detect_format(text)
@@ -94,8 +96,10 @@ def test_the_history_shows_back_what_the_format_writes(tokenizer, name):
         assert f"[TOOL_RESULTS]{call_id}[TOOL_CONTENT]21[/TOOL_RESULTS]" in prompt
     elif fmt.args_tag:
         assert "[TOOL_RESULTS]21[/TOOL_RESULTS]" in prompt
+    elif fmt.is_xml:
+        assert "<tool_response>\n21\n</tool_response>" in prompt
     assert written in prompt
-    assert '"name": "multiply"' in prompt.split(written)[0]  # the tool was shown first
+    assert "multiply" in prompt.split(written)[0]  # the tool was shown first
 
 
 def test_a_forced_format_writes_the_history_for_a_template_without_tools(tokenizer):
@@ -131,8 +135,9 @@ TOOLS = [{"type": "function", "function": {"name": n, "parameters": {
 MISTRAL_V11 = replace(MISTRAL_ARGS, call_id_tag="[CALL_ID]", call_id_len=9)
 
 
-@pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, MISTRAL_V11],
-                         ids=["hermes", "llama3", "mistral", "mistral_args", "mistral_v11"])
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA3, MISTRAL, MISTRAL_ARGS, MISTRAL_V11, QWEN_XML],
+                         ids=["hermes", "llama3", "mistral", "mistral_args", "mistral_v11",
+                              "qwen_xml"])
 def test_grammars_accept_exactly_what_the_format_writes(compiler, fmt):
     one = fmt.format_calls([("g", {"a": 1})])
     two = fmt.format_calls([("f", {"a": 1}), ("g", {"a": 2})])
@@ -194,6 +199,14 @@ SAMPLES = {  # (format, reasoning, output text)
                      "[TOOL_CALLS]g[CALL_ID]abc123xyz[ARGS]{} then [TOOL_CALLS]bad name[ARGS]{} x "
                      "[TOOL_CALLS][ARGS]{} [TOOL_CALLS]h[ARGS]5 [TOOL_CALLS]k[ARGS]{\"a\": true}"
                      '[TOOL_CALLS]t[ARGS]{"a": [1'),
+    "qwen_xml": (QWEN_XML, "none",
+                 "Sure 😀\n" + QWEN_XML.format_call("search", {"query": 'café "paris"\n€', "n": 3})
+                 + " then <tool_call>\n<function=g>\n</function>\n</tool_call>"
+                 "<tool_call><function=bad name></function></tool_call> x <tool_call>\n"
+                 "<function=h>\n<parameter=a>\ntrue\n</parameter>\n<parameter=a>\n1\n"
+                 "</parameter>\n</function>\n</tool_call>"
+                 + QWEN_XML.format_call("k", {"s": [1, 2]})
+                 + "<tool_call>\n<function=t>\n<parameter=code>\nprint(1)\n"),
 }
 EXPECTED = {
     "hermes": dict(
@@ -211,12 +224,18 @@ EXPECTED = {
         content="Let me check 😀 then name[ARGS]{} x {}  ", reasoning="",
         calls=[("search", {"query": "ü 日本", "n": 2}), ("g", {}), ("k", {"a": True})],
         invalid=[None, None, "h", "t"]),
+    "qwen_xml": dict(  # a bad name, a parameter given twice, a truncated call: invalid
+        content="Sure 😀\n then  x ", reasoning="",
+        calls=[("search", {"query": 'café "paris"\n€', "n": 3}), ("g", {}), ("k", {"s": [1, 2]})],
+        invalid=[None, "h", "t"]),
 }
+XML_TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}, "n": {"type": "integer"}}}}}]
 
 
 def run_stream(name: str, pieces: list[str]):
     fmt, reasoning, _ = SAMPLES[name]
-    stream = ToolCallStream(fmt, reasoning=reasoning)
+    stream = ToolCallStream(fmt, reasoning=reasoning, tools=XML_TOOLS)
     outs = [stream.feed(p) for p in pieces] + [stream.close()]
     args: dict[int, str] = {}
     ids: dict[int, str] = {}
@@ -271,6 +290,18 @@ def test_any_resplitting_gives_identical_calls_chunks_and_text(name, cuts):
 def test_character_by_character(name):
     text = SAMPLES[name][2]
     assert comparable(run_stream(name, list(text))) == comparable(run_stream(name, [text]))
+
+
+def test_xml_values_are_typed_by_the_tool_schema():
+    text = QWEN_XML.format_call("search", {"query": "42", "n": 7})
+    typed = ToolCallStream(QWEN_XML, tools=XML_TOOLS)
+    typed.feed(text)
+    typed.close()
+    untyped = ToolCallStream(QWEN_XML)  # no schema: a value that is JSON is read as JSON
+    untyped.feed(text)
+    untyped.close()
+    assert typed.tool_calls[0]["args"] == {"query": "42", "n": 7}
+    assert untyped.tool_calls[0]["args"] == {"query": 42, "n": 7}
 
 
 def test_mistral_v11_grammar_takes_a_9_character_call_id(compiler):

@@ -17,7 +17,8 @@ from agentrt.engine.grammar import with_grammar_processor  # noqa: E402
 
 TEMPLATES = Path(__file__).parent / "templates"
 FAMILIES = {"llama3.1": "llama3", "mistral-v0.3": "mistral", "qwen3": "hermes",
-            "ministral-3": "mistral_args", "mistral-v11": "mistral_args"}
+            "ministral-3": "mistral_args", "mistral-v11": "mistral_args",
+            "qwen3-coder": "qwen_xml"}
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
           "required": ["city"]}
 TOOLS = [
@@ -28,7 +29,7 @@ TOOLS = [
 ]
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 TRIGGERS = {"hermes": "<tool_call>", "llama3": '{"name": ', "mistral": "[TOOL_CALLS]",
-            "mistral_args": "[TOOL_CALLS]"}
+            "mistral_args": "[TOOL_CALLS]", "qwen_xml": "<tool_call>"}
 
 
 class _StartsWith:

@@ -1,7 +1,7 @@
 """Streaming parsers, one per output syntax, behind a registry.
 
 ``create_parser("fenced_code" | "json_toolcall" | "llama3_json" | "mistral_json" |
-"mistral_args" | "react")``
+"mistral_args" | "qwen_xml" | "react")``
 builds one; every parser takes text or bytes chunks through
 :meth:`~agentrt.agent.parsers.base.BaseStreamParser.feed` and reports the tool-call events
 (:mod:`agentrt.agent.parsers.base`) those chunks complete.
@@ -44,6 +44,7 @@ PARSERS: Registry[type[BaseStreamParser]] = Registry(
         "llama3_json": "agentrt.agent.parsers.json_toolcall:Llama3ToolCallParser",
         "mistral_json": "agentrt.agent.parsers.json_toolcall:MistralToolCallParser",
         "mistral_args": "agentrt.agent.parsers.mistral_args:MistralArgsToolCallParser",
+        "qwen_xml": "agentrt.agent.parsers.qwen_xml:QwenXmlToolCallParser",
         "react": "agentrt.agent.parsers.react:ReActParser",
     },
 )
