@@ -57,11 +57,20 @@ _LLAMA3_TURN = ("<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{json}
 # JSON-quoted) with a 9-alphanumeric call id; the model answers right after [/TOOL_RESULTS]
 _MISTRAL_TURN = ']</s>[TOOL_RESULTS]{space}{{"content": {text}, "call_id": "{call_id}"}}' \
     "[/TOOL_RESULTS]"
+# NOTE: Mistral v13 (Ministral 3, Devstral Small 2): the call's turn ends with </s> right after
+# its arguments, the result follows as written; v11's turns name the [CALL_ID] the model wrote
+# (not known here): pass render=
+_MISTRAL_ARGS_TURN = "</s>[TOOL_RESULTS]{text}[/TOOL_RESULTS]"
+# NOTE: Qwen3-Coder: the call's </tool_call> and turn end, the result goes in a user turn
+_QWEN_XML_TURN = ("\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{text}\n"
+                  "</tool_response>\n<|im_end|>\n<|im_start|>assistant\n")
 _RENDER = {
     "json_toolcall": "</tool_call>" + _TOOL_TURN + "<|im_start|>assistant\n",
     "fenced_code": _TOOL_TURN + "<|im_start|>assistant\n",
     "llama3_json": _LLAMA3_TURN,
     "mistral_json": _MISTRAL_TURN,
+    "mistral_args": _MISTRAL_ARGS_TURN,
+    "qwen_xml": _QWEN_XML_TURN,
     "react": "\nObservation: {text}\nThought:",
 }
 _MISTRAL_CALL_ID_LEN = 9

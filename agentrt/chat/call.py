@@ -67,6 +67,9 @@ class ChatCall:
     calls, and text that looks like one (a Llama 3 JSON answer ``{"name": …}``) is the answer."""
     call: Call | None = None
     """The backend call, once started: its counters (cached / prefilled tokens)."""
+    tools: tuple[dict[str, Any], ...] = ()
+    """The request's tools (OpenAI format): their schemas type the values of formats that
+    write them as text (Qwen3-Coder's XML parameters)."""
     markers: MarkerTokenizer | None = None
     """Set when the format's markers are special tokens of the tokenizer (Mistral's
     ``[TOOL_CALLS]``): the output is decoded with special tokens and read through this, which
@@ -135,13 +138,14 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                                     reasoning=reasoning)
         grammar = _output_grammar(tag)
     can_call_tools = bool(tools) and choice != "none"
-    markers = marker_tokenizer(tokenizer, fmt.open_tags) if can_call_tools else None
+    markers = marker_tokenizer(tokenizer, fmt.markers) if can_call_tools else None
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=tuple(stop), grammar=grammar,
                             skip_special_tokens=markers is None,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
     call = ChatCall(backend, prompt_ids, params, timeout=timeout, tool_format=fmt,
-                    reasoning=reasoning, can_call_tools=can_call_tools, markers=markers)
+                    reasoning=reasoning, can_call_tools=can_call_tools, markers=markers,
+                    tools=tuple(tools))
     if request_id is not None:
         call.request_id = request_id
     return call
@@ -200,7 +204,7 @@ class ChatProgress:
     def __init__(self, call: ChatCall) -> None:
         self.call = call
         self.parser = ToolCallStream(call.tool_format, reasoning=call.reasoning,
-                                     can_call=call.can_call_tools)
+                                     can_call=call.can_call_tools, tools=call.tools)
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self.num_output_tokens = 0

@@ -22,16 +22,18 @@ MISTRAL_SPECIALS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]",
 
 
 def mistral_tokenizer(template: str = "mistral-v0.3.jinja",
-                      merges: tuple[tuple[str, str], ...] = ()) -> PreTrainedTokenizerFast:
-    """A byte-level tokenizer with Mistral's special tokens and ``templates/<template>``;
-    ``merges`` (ASCII pairs, e.g. ``("}", "]")``) add multi-character tokens."""
+                      merges: tuple[tuple[str, str], ...] = (),
+                      specials: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer with Mistral's special tokens (and ``specials``, e.g. v11's
+    ``[ARGS]``) and ``templates/<template>``; ``merges`` (ASCII pairs, e.g. ``("}", "]")``)
+    add multi-character tokens."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    pieces = [*MISTRAL_SPECIALS, *sorted(alphabet), *(a + b for a, b in merges)]
+    pieces = [*MISTRAL_SPECIALS, *specials, *sorted(alphabet), *(a + b for a, b in merges)]
     vocab = {tok: i for i, tok in enumerate(pieces)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(list(MISTRAL_SPECIALS))
+    tok.add_special_tokens([*MISTRAL_SPECIALS, *specials])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
         chat_template=(TEMPLATES / template).read_text())
