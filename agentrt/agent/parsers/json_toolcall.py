@@ -399,17 +399,12 @@ class JsonToolCallParser(BaseStreamParser):
     def _feed_json(self, text: str, events: list[Event]) -> str:
         stream = self._json
         assert stream is not None
-        try:
-            used = stream.feed(text)
-        except _JsonError as exc:
+        used = _feed_stream(stream, text, events)
+        if isinstance(used, _JsonError):
             self._json, self._list = None, ""
-            events += stream.events
-            what = "tool call" if isinstance(exc, _CallError) else "JSON in tool call"
-            message = f"invalid {what} at character {stream.offset}: {exc}"
-            events.append(ParseError(message))
-            return text[exc.index + 1 :]
-        events += stream.events
-        stream.events = []
+            what = "tool call" if isinstance(used, _CallError) else "JSON in tool call"
+            events.append(ParseError(f"invalid {what} at character {stream.offset}: {used}"))
+            return text[used.index + 1 :]
         if not stream.is_done:
             return ""
         self._json = None
@@ -439,6 +434,19 @@ class MistralToolCallParser(JsonToolCallParser):
 
     def __init__(self, *, is_strict: bool = False) -> None:
         super().__init__(open_tags=("[TOOL_CALLS]",), is_list=True, is_strict=is_strict)
+
+
+def _feed_stream(stream: _JsonStream, text: str, events: list[Event]) -> int | _JsonError:
+    """Feed ``text`` to ``stream``: the characters it used, or the error that ended it (the
+    stream is then done with); its events move to ``events`` either way."""
+    try:
+        used = stream.feed(text)
+    except _JsonError as exc:
+        events += stream.events
+        return exc
+    events += stream.events
+    stream.events = []
+    return used
 
 
 def _check_key(root: dict, key: str, name_keys: tuple[str, ...],

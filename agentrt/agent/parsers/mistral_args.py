@@ -23,7 +23,12 @@ from agentrt.agent.parsers.base import (
     ParseError,
     ToolName,
 )
-from agentrt.agent.parsers.json_toolcall import _JsonError, _JsonStream, _tag_prefix_suffix
+from agentrt.agent.parsers.json_toolcall import (
+    _feed_stream,
+    _JsonError,
+    _JsonStream,
+    _tag_prefix_suffix,
+)
 
 __all__ = ["MistralArgsToolCallParser"]
 
@@ -134,15 +139,11 @@ class MistralArgsToolCallParser(BaseStreamParser):
     def _feed_json(self, text: str, events: list[Event]) -> str:
         stream = self._json
         assert stream is not None
-        try:
-            used = stream.feed(text)
-        except _JsonError as exc:
+        used = _feed_stream(stream, text, events)
+        if isinstance(used, _JsonError):
             self._json, self._state = None, "text"
-            events += stream.events
-            events.append(ParseError(f"invalid arguments at character {stream.offset}: {exc}"))
-            return text[exc.index + 1 :]
-        events += stream.events
-        stream.events = []
+            events.append(ParseError(f"invalid arguments at character {stream.offset}: {used}"))
+            return text[used.index + 1 :]
         if not stream.is_done:
             return ""
         self._json, self._state = None, "text"
