@@ -97,17 +97,14 @@ class DecodeStep:
             for name in ("qkv", "o", "gate_up", "down"):
                 setattr(desc, name, self._linear(getattr(layer, name)))
             desc.k_slots, desc.v_slots = self._ptr(layer.k_slots), self._ptr(layer.v_slots)
-        hidden = layers[0].input_norm.numel()
-        inter = linear_parts(layers[0].down)[0].in_features
+        hidden, inter = _sizes(layers)
         self.hidden = hidden
-        runs_head = _head_runs(head, hidden)
-        self.vocab: int | None = (sum(p.out_features for p in linear_parts(head))
-                                  if runs_head else None)
+        head_desc = self._linear(head) if _head_runs(head, hidden) else _Linear(None, 0, 0, 0)
+        self.vocab: int | None = head_desc.N if head_desc.count else None
         """The output head's width where the step can compute logits (:meth:`run`), else
         None (the caller runs the head)."""
         self._model = _Model(descs, self._ptr(final_norm), len(layers), hidden, heads, kv_heads,
-                             head_dim, inter, eps, scale,
-                             self._linear(head) if runs_head else _Linear(None, 0, 0, 0))
+                             head_dim, inter, eps, scale, head_desc)
         self._keep.append(descs)
         self._scratch: dict[int, torch.Tensor] = {}
 
@@ -215,8 +212,7 @@ def _shapes_agree(layers: Sequence[LayerWeights], final_norm: torch.Tensor, head
                   kv_heads: int, head_dim: int) -> bool:
     """Every layer's sizes are the ones the C step computes with: the hidden size of the first
     input norm, the intermediate size of the first down projection, the heads."""
-    hidden = layers[0].input_norm.numel()
-    inter = linear_parts(layers[0].down)[0].in_features
+    hidden, inter = _sizes(layers)
     q, kv = heads * head_dim, kv_heads * head_dim
     want = {"qkv": (hidden, q + 2 * kv), "o": (q, hidden), "gate_up": (hidden, 2 * inter),
             "down": (inter, hidden)}
@@ -233,6 +229,12 @@ def _shapes_agree(layers: Sequence[LayerWeights], final_norm: torch.Tensor, head
                for t in (layer.k_slots, layer.v_slots)):
             return False
     return final_norm.numel() == hidden
+
+
+def _sizes(layers: Sequence[LayerWeights]) -> tuple[int, int]:
+    """(hidden, intermediate) as the C step reads them: the first layer's input norm and down
+    projection."""
+    return layers[0].input_norm.numel(), linear_parts(layers[0].down)[0].in_features
 
 
 def _head_runs(head: object | None, hidden: int) -> bool:
