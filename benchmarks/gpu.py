@@ -18,8 +18,8 @@ agentrt runs with CUDA graphs for decode and FlashInfer attention when it is ins
 (``--enforce-eager`` and ``--attention-backend torch`` turn them off). Every side is warmed
 up once before it is timed; times are wall clock after ``torch.cuda.synchronize()``.
 
-It needs a CUDA GPU and exits with a message without one. It has not yet run on a GPU in
-this project: its first GPU run's output belongs in the README's GPU section.
+It needs a CUDA GPU and exits with a message without one. Its first GPU run (H200, without the
+agent workload, vLLM or SGLang) is in the README's GPU section.
 
     python benchmarks/gpu.py                           # everything
     python benchmarks/gpu.py --skip-agent --decode-batches 1,8

@@ -50,19 +50,23 @@ def owned_tensors(root: object) -> dict[str, torch.Tensor | torch.Generator]:
     return found
 
 
-def _engine(device: str, tiny_model: str) -> LLMEngine:
+def _engine(device: str, tiny_model: str, backend: str = "auto") -> LLMEngine:
     if device == "cpu":  # bookkeeping only: the 2-layer model
         config = EngineConfig(model=tiny_model, device="cpu", num_blocks=64, block_size=4,
-                              host_kv_cache_gb=0.01, profile_on_start=False)
+                              host_kv_cache_gb=0.01, profile_on_start=False,
+                              attention_backend=backend)
     else:  # FlashInfer's kernels need the real model's head size (64)
         config = EngineConfig(device=device, num_blocks=256, host_kv_cache_gb=0.05,
                               max_num_seqs=8)
     return LLMEngine(config)
 
 
-@pytest.mark.parametrize("device", ["cpu", CUDA])
-def test_every_engine_tensor_is_on_the_configured_device(device, tiny_model):
-    core = _engine(device, tiny_model)
+@pytest.mark.parametrize("device, backend", [("cpu", "auto"), ("cpu", "flashinfer"),
+                                             pytest.param(*CUDA.values, "auto", marks=CUDA.marks)])
+def test_every_engine_tensor_is_on_the_configured_device(device, backend, tiny_model):
+    """(cpu, flashinfer): FlashInfer's plan on its torch twins, the census's CPU check of what
+    the CUDA run walks."""
+    core = _engine(device, tiny_model, backend)
     want = torch.device(core.config.resolved_device)
     assert core.device == want
     sampled = core.add_request("The weather today is", SamplingParams(
@@ -89,7 +93,10 @@ def test_every_engine_tensor_is_on_the_configured_device(device, tiny_model):
               model.layers[-1].down.weight, core.kv_tensors.k, core.kv_tensors.v,
               sampled.generator):
         assert id(t) in reached
-    assert any(p.endswith("._slot_mapping") for p in owned)  # the step's attention plan
+    # the step's attention plan: the torch twins keep the slot mapping, FlashInfer its
+    # append indices (a CUDA-graph decode step reads fixed buffers beside them)
+    plan = "._append[0]" if core.backend.name.startswith("flashinfer") else "._slot_mapping"
+    assert any(p.endswith(plan) for p in owned), sorted(owned)
     core.abort(sampled.request_id)
 
 
