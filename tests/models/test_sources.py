@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from agentrt.cli import main
-from agentrt.models.sources import DEFAULT_MODEL, ModelNotFoundError, list_local_models, locate
+from agentrt.models.sources import (
+    DEFAULT_MODEL,
+    ModelNotFoundError,
+    OllamaName,
+    list_local_models,
+    locate,
+    parse_ollama_name,
+)
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -112,11 +120,91 @@ def test_misses_say_where_they_looked(stores):
     assert str(expected) in str(ollama.value)
 
 
-@pytest.mark.parametrize("name", ["ollama:../../etc/passwd", "ollama:a/b/c/d", "ollama:x:../y",
-                                  "ollama:"])
-def test_ollama_names_cannot_walk_out_of_the_store(stores, name):
-    with pytest.raises(ModelNotFoundError, match="not an Ollama model name"):
+@pytest.mark.parametrize(("name", "parts", "short"), [
+    ("llama3", ("registry.ollama.ai", "library", "llama3", "latest"), "llama3:latest"),
+    ("qwen2.5:0.5b", ("registry.ollama.ai", "library", "qwen2.5", "0.5b"), "qwen2.5:0.5b"),
+    ("me/tiny:q8", ("registry.ollama.ai", "me", "tiny", "q8"), "me/tiny:q8"),
+    ("registry.ollama.ai/library/llama3:8b", ("registry.ollama.ai", "library", "llama3", "8b"),
+     "llama3:8b"),
+    ("hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M",
+     ("hf.co", "bartowski", "Llama-3.2-1B-Instruct-GGUF", "Q4_K_M"),
+     "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"),
+    ("localhost:5000/team/mymodel:v1", ("localhost:5000", "team", "mymodel", "v1"),
+     "localhost:5000/team/mymodel:v1"),
+    ("localhost:5000/team/mymodel", ("localhost:5000", "team", "mymodel", "latest"),
+     "localhost:5000/team/mymodel:latest"),  # the port's ':' is not a tag's
+])
+def test_an_ollama_name_splits_as_ollama_splits_it(name, parts, short):
+    parsed = parse_ollama_name(name)
+    assert parsed == OllamaName(*parts)
+    assert parsed.short == short  # as `ollama list` prints it
+    assert parse_ollama_name(short) == parsed
+
+
+def test_ollama_names_with_a_host_or_a_port_resolve_to_their_manifest(stores, tmp_path):
+    _, models = stores
+    source = write_gguf(tmp_path / "src.gguf", arch="llama")
+    ported = ollama_model(models, ("localhost:5000", "team", "mymodel", "v1"), source)
+    ported_latest = ollama_model(models, ("localhost:5000", "team", "mymodel", "latest"), source)
+    hf = ollama_model(models, ("hf.co", "bartowski", "Tiny-GGUF", "Q4_K_M"), source)
+    library = ollama_model(models, ("registry.ollama.ai", "library", "llama3", "8b"), source)
+    for name, blob in [("ollama:localhost:5000/team/mymodel:v1", ported),
+                       ("ollama:localhost:5000/team/mymodel", ported_latest),
+                       ("ollama:hf.co/bartowski/Tiny-GGUF:Q4_K_M", hf),
+                       ("ollama:registry.ollama.ai/library/llama3:8b", library),
+                       ("ollama:library/llama3:8b", library)]:
+        assert locate(name) == (blob, "ollama"), name
+    with pytest.raises(ModelNotFoundError) as miss:  # another port is another folder
+        locate("ollama:localhost:5001/team/mymodel:v1")
+    assert str(models / "manifests" / "localhost:5001" / "team" / "mymodel" / "v1") in str(
+        miss.value)
+
+
+def test_every_listed_ollama_model_resolves_back_to_its_blob(stores, tmp_path, capsys):
+    _, models = stores
+    source = write_gguf(tmp_path / "src.gguf", arch="llama")
+    expected = {  # name as `ollama list` prints it -> manifest folders
+        "tiny:latest": ("registry.ollama.ai", "library", "tiny", "latest"),
+        "me/tiny:q8": ("registry.ollama.ai", "me", "tiny", "q8"),
+        "hf.co/bartowski/Tiny-GGUF:Q4_K_M": ("hf.co", "bartowski", "Tiny-GGUF", "Q4_K_M"),
+        "localhost:5000/team/mymodel:v1": ("localhost:5000", "team", "mymodel", "v1"),
+        "example.com/team/mymodel:latest": ("example.com", "team", "mymodel", "latest"),
+    }
+    blobs = {f"ollama:{name}": ollama_model(models, parts, source)
+             for name, parts in expected.items()}
+    ollama_model(models, ("registry.ollama.ai", "library", "my model", "latest"), source)
+    ollama_model(models, ("registry.ollama.ai", "team.x", "tiny", "latest"), source)
+    listed = {m.name: m.path for m in list_local_models() if m.source == "ollama"}
+    assert listed == blobs  # folders Ollama would not name (a space, '.' in a namespace): left out
+    for name, blob in listed.items():
+        assert locate(name) == (blob, "ollama"), name
+    assert main(["models", "--json"]) == 0
+    rows = {row["name"] for row in json.loads(capsys.readouterr().out)}
+    assert set(blobs) <= rows and "ollama:my model:latest" not in rows
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("ollama:", "the model is empty"),
+    ("ollama:x:", "the tag is empty"),
+    ("ollama:a//b", "the namespace is empty"),
+    ("ollama:localhost:5000/team/", "the model is empty"),
+    ("ollama:/etc/passwd", "an absolute path"),
+    ("ollama:../../etc/passwd", "4 '/'-separated parts, at most 3"),
+    ("ollama:a/b/c/d", "4 '/'-separated parts, at most 3"),
+    ("ollama:library/../x", "the namespace '..' breaks Ollama's rule"),
+    ("ollama:x:../y", "the namespace 'x:..' breaks Ollama's rule"),
+    ("ollama:..", "the model '..' breaks Ollama's rule"),
+    ("ollama:x\0y", "the model 'x\\x00y' breaks Ollama's rule"),
+    ("ollama:x\\y", "the model 'x\\\\y' breaks Ollama's rule"),
+    ("ollama:" + "a" * 81, "the model is 81 characters, more than 80"),
+    ("ollama:x:" + "7" * 81, "the tag is 81 characters, more than 80"),
+])
+def test_a_bad_ollama_name_is_refused_saying_what_is_wrong(stores, name, why):
+    with pytest.raises(ModelNotFoundError, match="not an Ollama model name") as refused:
         locate(name)
+    assert why in str(refused.value)
+    with pytest.raises(ValueError, match=re.escape(why)):
+        parse_ollama_name(name.removeprefix("ollama:"))
 
 
 def test_a_manifest_with_a_bad_digest_is_refused(stores):
