@@ -7,11 +7,25 @@ to :func:`~agentrt.chat.prepare_chat` options on the server's backend, and a
 :class:`~agentrt.chat.ChatProgress` to one ``chat.completion`` or to ``chat.completion.chunk``
 events (a :class:`~agentrt.server.run.Run`), tool calls streamed as OpenAI's ``tool_calls``
 deltas (id, type and name in a call's first delta, then fragments of the arguments JSON).
+
+A whole answer and a streamed one describe the same calls: the whole message's
+``tool_calls`` are the stream's deltas merged by ``index`` (ids, names, argument strings), and
+both end with the same ``finish_reason``. So a call the chat layer finds invalid is in both,
+as the model wrote it, never dropped from one and never shown with made-up ``{}`` arguments —
+what OpenAI does, whose ``arguments`` are "not always valid JSON" and are for the client to
+validate:
+
+- a call cut off by ``max_tokens``: its arguments as far as they were written (a prefix of the
+  JSON, which does not parse), ``finish_reason: "length"`` (OpenAI's, and vLLM's
+  non-streaming answer; never ``"tool_calls"``); a call cut off before its name is
+  complete has sent no delta, and is in neither;
+- a call that ended but is not valid (arguments that are not a JSON object): its arguments
+  as written (``"[12, 7]"``), ``finish_reason: "stop"`` — ``"tool_calls"`` only when the
+  engine stopped after at least one valid call (:attr:`agentrt.chat.ChatProgress.finish_reason`).
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -94,6 +108,8 @@ class ChatRun(Run):
         self.progress = ChatProgress(call)
         self.created = int(time.time())
         self._piece: StreamPiece | None = None
+        self._calls: dict[int, ToolCall] = {}
+        """The tool calls so far: the stream's deltas merged by index."""
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -104,6 +120,17 @@ class ChatRun(Run):
 
     def add(self, delta: StreamDelta) -> None:
         self._piece = self.progress.feed(delta)
+        for chunk in self._piece.tool_call_chunks:
+            self._merge(chunk)
+
+    def _merge(self, chunk: dict[str, Any]) -> None:
+        index = chunk["index"]
+        if index not in self._calls:  # NOTE: a call's first chunk carries its id
+            self._calls[index] = ToolCall(id=chunk["id"], type="function",
+                                          function=FunctionCall(arguments=""))
+        function = self._calls[index].function
+        function.name = function.name or chunk["name"]
+        function.arguments = (function.arguments or "") + (chunk["args"] or "")
 
     def answer(self) -> ChatCompletion:
         choice = ChatChoice(message=self.message(), finish_reason=self.finish_reason)
@@ -134,9 +161,7 @@ class ChatRun(Run):
                                    model=self.model, choices=[choice])
 
     def message(self) -> AssistantMessage:
-        calls = [ToolCall(id=c["id"], type="function", function=FunctionCall(
-            name=c["name"], arguments=json.dumps(c["args"], ensure_ascii=False)))
-            for c in self.progress.tool_calls]
+        calls = [self._calls[i] for i in sorted(self._calls)]
         content = self.progress.content
         return AssistantMessage(content=content if content or not calls else None,
                                 reasoning_content=self.progress.reasoning_content or None,
