@@ -14,19 +14,20 @@ block per argument holding the value as text, then ``</function>`` and ``</tool_
 The template writes one newline after ``<parameter=KEY>`` and one before ``</parameter>``;
 they are not part of the value. ``ToolName`` comes at the ``>`` of ``<function=NAME>`` (the
 tool may start there), an ``argument`` piece at each ``</parameter>`` and ``CallEnd`` at
-``</function>``. A value is a string as written when the tool's JSON schema (``schemas``:
-tool name → its parameters schema) says so — then it also streams as ``delta`` pieces cut
-after each non-word character; otherwise it is read as JSON (``3``, ``true``, ``[1, 2]``),
-and as the string written when it is not JSON. Anything else where a tag should be, a
-parameter given twice, or output that ends inside a call is a :class:`ParseError` as it is
-written, and the parser looks for the next ``<tool_call>``.
+``</function>``. A value is a string as written when the tool's JSON schema says so
+(``schemas``: tool name → its parameters schema, :func:`tool_schemas` of the tools — the chat
+layer's final parse and the partial-execution hook type values the same way) — then it also
+streams as ``delta`` pieces cut after each non-word character; otherwise it is read as JSON
+(``3``, ``true``, ``[1, 2]``), and as the string written when it is not JSON. Anything else
+where a tag should be, a parameter given twice, or output that ends inside a call is a
+:class:`ParseError` as it is written, and the parser looks for the next ``<tool_call>``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentrt.agent.parsers.base import (
@@ -40,7 +41,7 @@ from agentrt.agent.parsers.base import (
 )
 from agentrt.agent.parsers.json_toolcall import _tag_prefix_suffix
 
-__all__ = ["QwenXmlToolCallParser"]
+__all__ = ["QwenXmlToolCallParser", "tool_schemas"]
 
 OPEN_TAG = "<tool_call>"
 FUNCTION, END_FUNCTION = "<function=", "</function>"
@@ -50,6 +51,11 @@ _KEY_CHARS = re.compile(r"[^<>\n]*")
 _MAX_NAME_LEN = 256
 _WHITESPACE = " \t\r\n"
 _PYTHON_LITERALS = {"True": True, "False": False, "None": None}  # the template's `|string`
+
+
+def tool_schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Tool name → its parameters' JSON schema, from OpenAI tool dicts (``Tool.spec()``)."""
+    return {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
 
 
 class QwenXmlToolCallParser(BaseStreamParser):
