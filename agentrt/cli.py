@@ -2,8 +2,9 @@
 ``agentrt models``.
 
 All run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model`` names a .gguf
-file, a Hugging Face folder, a hub id in the local Hugging Face cache or ``ollama:NAME[:TAG]``;
-nothing is downloaded. ``serve`` imports the server (the ``[server]`` extra) only when it runs.
+file, a Hugging Face folder, a hub id in the local Hugging Face cache or
+``ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]``; nothing is downloaded. ``serve`` imports the
+server (the ``[server]`` extra) only when it runs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None,
                    help="a .gguf file, a Hugging Face model folder, a hub id already in the "
-                        "local Hugging Face cache (org/name[:QUANT]) or ollama:NAME[:TAG]; "
+                        "local Hugging Face cache (org/name[:QUANT]) or "
+                        "ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]; "
                         "`agentrt models` lists what is here (default: the embedded "
                         "SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
     g.add_argument("--device", default="auto", type=_device,
