@@ -30,6 +30,7 @@ from agentrt.chat.formats import (
     ToolCallFormat,
     detect_format,
     detect_reasoning,
+    reasoning_tags,
 )
 from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, response_schema
 from agentrt.chat.template import render_prompt
@@ -61,7 +62,7 @@ class ChatCall:
     tool_format: ToolCallFormat = HERMES
     """How the model writes tool calls (what the grammar forces and the parser reads)."""
     reasoning: Reasoning = "none"
-    """Whether the output may hold ``<think>`` reasoning (or starts inside it)."""
+    """Whether the output may hold reasoning (``<think>`` or ``[THINK]``), or starts inside it."""
     can_call_tools: bool = True
     """False when the request has no tools or ``tool_choice="none"``: the output holds no
     calls, and text that looks like one (a Llama 3 JSON answer ``{"name": …}``) is the answer."""
@@ -71,9 +72,10 @@ class ChatCall:
     """The request's tools (OpenAI format): their schemas type the values of formats that
     write them as text (Qwen3-Coder's XML parameters)."""
     markers: MarkerTokenizer | None = None
-    """Set when the format's markers are special tokens of the tokenizer (Mistral's
-    ``[TOOL_CALLS]``): the output is decoded with special tokens and read through this, which
-    drops all the others (and the hook of an agent run decodes with it)."""
+    """Set when the format's markers (if the call may call tools) or the reasoning tags are
+    special tokens of the tokenizer (Mistral's ``[TOOL_CALLS]``, Magistral's ``[THINK]``): the
+    output is decoded with special tokens and read through this, which drops all the others
+    (and the hook of an agent run decodes with it)."""
 
     @contextmanager
     def deadline(self) -> Iterator[None]:
@@ -138,7 +140,7 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                                     reasoning=reasoning)
         grammar = _output_grammar(tag)
     can_call_tools = bool(tools) and choice != "none"
-    markers = marker_tokenizer(tokenizer, fmt.markers) if can_call_tools else None
+    markers = marker_tokenizer(tokenizer, _kept_markers(fmt, reasoning, can_call_tools))
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=tuple(stop), grammar=grammar,
                             skip_special_tokens=markers is None,
@@ -257,6 +259,15 @@ class ChatProgress:
         if self.parser.tool_calls and self.engine_finish_reason == "stop":
             return "tool_calls"
         return self.engine_finish_reason
+
+
+def _kept_markers(fmt: ToolCallFormat, reasoning: Reasoning,
+                  can_call_tools: bool) -> tuple[str, ...]:
+    """What decoding must keep for the parser and the hook: the call markers (when calls can
+    be made) and the reasoning tags."""
+    tags = reasoning_tags(reasoning)
+    kept = fmt.markers if can_call_tools else ()
+    return kept if tags is None else (*kept, tags.open, tags.close)
 
 
 def _output_grammar(tag: dict[str, Any] | None) -> Grammar | None:

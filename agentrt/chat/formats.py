@@ -21,8 +21,10 @@ format is chosen from the template text (:func:`detect_format`) and can be named
 
 What the grammar makes the model write (:mod:`.grammar`), what the history shows
 (:mod:`.template`) and what the parser reads (:mod:`.tool_calls`) all come from one
-:class:`ToolCallFormat`. Qwen3-style ``<think>`` blocks are the reasoning syntax
-(:func:`detect_reasoning`): their text is reasoning content, never a tool call.
+:class:`ToolCallFormat`. Reasoning is read in one of two syntaxes, chosen from the template
+(:func:`detect_reasoning`): Qwen3-style ``<think>`` … ``</think>`` blocks, or Magistral's
+(2507, 2509) ``[THINK]`` … ``[/THINK]`` special tokens; its text is reasoning content, never
+a tool call.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agentrt.agent.parsers.json_toolcall import LLAMA32_OPENS
 
@@ -44,18 +46,40 @@ __all__ = [
     "MISTRAL_ARGS",
     "QWEN_XML",
     "Reasoning",
+    "ReasoningTags",
     "ToolCallFormat",
     "detect_format",
     "detect_reasoning",
     "get_format",
+    "reasoning_tags",
     "template_text",
     "xml_value",
 ]
 
-Reasoning = Literal["none", "detect", "open"]
+Reasoning = Literal["none", "detect", "open", "detect_mistral", "open_mistral"]
 """``none``: no reasoning syntax; ``detect``: a ``<think>`` block opens reasoning; ``open``:
-the prompt ended inside ``<think>``, so the output starts as reasoning."""
+the prompt ended inside ``<think>``, so the output starts as reasoning; ``detect_mistral`` /
+``open_mistral``: the same with Magistral's ``[THINK]`` … ``[/THINK]``."""
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+MISTRAL_THINK_OPEN, MISTRAL_THINK_CLOSE = "[THINK]", "[/THINK]"
+
+
+class ReasoningTags(NamedTuple):
+    """The tags around a reasoning block, and whether the output starts inside one."""
+
+    open: str
+    close: str
+    is_open: bool
+    after: str
+    """What the model writes after ``close``, before its answer (Qwen3: a blank line)."""
+
+
+_REASONING_TAGS: dict[str, ReasoningTags] = {
+    "detect": ReasoningTags(THINK_OPEN, THINK_CLOSE, False, "\n\n"),
+    "open": ReasoningTags(THINK_OPEN, THINK_CLOSE, True, "\n\n"),
+    "detect_mistral": ReasoningTags(MISTRAL_THINK_OPEN, MISTRAL_THINK_CLOSE, False, ""),
+    "open_mistral": ReasoningTags(MISTRAL_THINK_OPEN, MISTRAL_THINK_CLOSE, True, ""),
+}
 _ID_CHARS = re.compile(r"[A-Za-z0-9]+")
 
 
@@ -238,12 +262,26 @@ def detect_format(source: Any, override: str | ToolCallFormat | None = None) -> 
 
 
 def detect_reasoning(source: Any, prompt: str = "") -> Reasoning:
-    """Whether output may hold ``<think>`` reasoning: ``open`` when ``prompt`` ends inside a
-    ``<think>`` block, ``detect`` when the template knows ``<think>``, else ``none``."""
+    """Whether output may hold reasoning, and in which syntax: ``detect_mistral`` when the
+    template knows Magistral's ``[THINK]`` (its default system prompt shows the block), else
+    ``detect`` when it knows ``<think>``, else ``none``; ``open`` / ``open_mistral`` when
+    ``prompt`` ends inside such a block (the template opened it for the model)."""
     template = template_text(source)
-    if THINK_OPEN not in template and THINK_CLOSE not in template:
-        return "none"
-    tail = prompt.rstrip()
-    if tail.endswith(THINK_OPEN):
-        return "open"
-    return "detect"
+    detect: Reasoning
+    for detect, opened in (("detect_mistral", "open_mistral"), ("detect", "open")):
+        tags = _REASONING_TAGS[detect]
+        if tags.open in template or tags.close in template:
+            return opened if prompt.rstrip().endswith(tags.open) else detect
+    return "none"
+
+
+def reasoning_tags(reasoning: Reasoning) -> ReasoningTags | None:
+    """The tags of ``reasoning``'s syntax (None for ``"none"``); a ``ValueError`` for a mode
+    that is none of :data:`Reasoning`."""
+    if reasoning == "none":
+        return None
+    try:
+        return _REASONING_TAGS[reasoning]
+    except KeyError:
+        raise ValueError(f"unknown reasoning mode {reasoning!r}; known: none, "
+                         f"{', '.join(_REASONING_TAGS)}") from None

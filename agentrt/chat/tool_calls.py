@@ -2,8 +2,8 @@
 
 :func:`format_tool_call` writes a call exactly as the constrained grammar makes the model
 write it (and as the history shows it back). :class:`ToolCallStream` splits streamed output
-into answer text, reasoning text (``<think>`` blocks, when the template has them) and tool
-calls. JSON is parsed by agentrt's own streaming parser
+into answer text, reasoning text (``<think>`` or Magistral's ``[THINK]`` blocks, when the
+template has them) and tool calls. JSON is parsed by agentrt's own streaming parser
 (:class:`~agentrt.agent.parsers.json_toolcall.JsonToolCallParser`), fed one character at a
 time inside a call so the end of the call is known exactly; its events become tool-call
 chunks whose ``args`` strings concatenate to the JSON of the arguments — string arguments
@@ -25,8 +25,8 @@ from typing import Any
 from agentrt.agent.parsers.base import BaseStreamParser, CallEnd, ParseError, Piece, ToolName
 from agentrt.agent.parsers.json_toolcall import JsonToolCallParser
 from agentrt.agent.parsers.mistral_args import MistralArgsToolCallParser
-from agentrt.agent.parsers.qwen_xml import QwenXmlToolCallParser
-from agentrt.chat.formats import HERMES, THINK_CLOSE, THINK_OPEN, Reasoning, ToolCallFormat
+from agentrt.agent.parsers.qwen_xml import QwenXmlToolCallParser, tool_schemas
+from agentrt.chat.formats import HERMES, Reasoning, ToolCallFormat, reasoning_tags
 
 __all__ = ["CLOSE_TAG", "OPEN_TAG", "StreamPiece", "ToolCallStream", "format_tool_call",
            "new_call_id"]
@@ -85,7 +85,8 @@ class ToolCallStream:
     """Splits model output into answer text, reasoning and tool calls, incrementally.
 
     ``reasoning``: ``"detect"`` reads ``<think>…</think>`` as reasoning, ``"open"`` starts
-    inside such a block (the prompt opened it), ``"none"`` (default) has no reasoning syntax.
+    inside such a block (the prompt opened it), ``"detect_mistral"`` / ``"open_mistral"`` the
+    same with ``[THINK]…[/THINK]``, ``"none"`` (default) has no reasoning syntax.
     ``can_call=False`` (a request with no tools, or ``tool_choice="none"``) reads no calls:
     what looks like one is answer text. ``tools`` (OpenAI tool dicts) type the parameters of
     XML calls (Qwen3-Coder): a string parameter stays a string and streams as it is written.
@@ -95,19 +96,21 @@ class ToolCallStream:
                  reasoning: Reasoning = "none", can_call: bool = True,
                  tools: Sequence[dict[str, Any]] = ()) -> None:
         self.format = tool_format
-        self._schemas = {t["function"]["name"]: t["function"].get("parameters") or {}
-                         for t in tools}
+        self._schemas = tool_schemas(tools)
         self.tool_calls: list[ToolCall] = []
         self.invalid_tool_calls: list[InvalidToolCall] = []
         self._bare_opens = tool_format.bare_opens + tool_format.loose_opens
         self._markers = tool_format.open_tags + self._bare_opens if can_call else ()
-        if reasoning != "none":
-            self._markers += (THINK_OPEN,)
+        tags = reasoning_tags(reasoning)
+        self._think = ("", "") if tags is None else (tags.open, tags.close)
+        if tags is not None:
+            self._markers += (tags.open,)
+        is_open = tags is not None and tags.is_open
         self._pending = ""  # text that may be the start of a marker
         self._call: _Call | None = None
         self._num_calls = 0
-        self._mode = "reasoning" if reasoning == "open" else "text"  # | list_open | list_next
-        self._skip = "\n" if reasoning == "open" else ""  # leading characters to drop
+        self._mode = "reasoning" if is_open else "text"  # | list_open | list_next
+        self._skip = "\n" if is_open else ""  # leading characters to drop
 
     def feed(self, text: str) -> StreamPiece:
         """Consume the next piece of output; return what it completed."""
@@ -164,7 +167,7 @@ class ToolCallStream:
         out.content += data[:found]
         self._pending = ""
         rest = data[found + len(marker) :]
-        if marker == THINK_OPEN:
+        if marker == self._think[0]:
             self._mode, self._skip = "reasoning", "\n"
             return rest
         if marker in self._bare_opens:
@@ -178,10 +181,11 @@ class ToolCallStream:
 
     def _feed_reasoning(self, text: str, out: StreamPiece) -> str:
         """Inside ``<think>``: reasoning text until ``</think>`` (newlines around it dropped)."""
+        close = self._think[1]
         data = self._pending + text
-        found = data.find(THINK_CLOSE)
+        found = data.find(close)
         if found == -1:
-            keep = _partial_tag_len(data, THINK_CLOSE)
+            keep = _partial_tag_len(data, close)
             body = data[: len(data) - keep]
             held = len(body) - len(body.rstrip("\n")) + keep  # newlines before a </think>
             out.reasoning_content += data[: len(data) - held]
@@ -190,7 +194,7 @@ class ToolCallStream:
         out.reasoning_content += data[:found].rstrip("\n")
         self._pending = ""
         self._mode, self._skip = "text", "\n"
-        return data[found + len(THINK_CLOSE) :]
+        return data[found + len(close) :]
 
     def _feed_list(self, text: str) -> str:
         """Mistral: ``[`` after the open tag, then ``{`` starts each call; else answer text."""

@@ -37,7 +37,7 @@ class Run:
     start, the partial-execution hooks made, and what LangChain's tool step would take."""
 
     def __init__(self, runtime, template: str, output: str, *, chat_template=None,
-                 **options) -> None:
+                 specials: tuple[str, ...] = (), **options) -> None:
         self.starts: list[tuple[str, str]] = []  # (tool, the output streamed before it)
         self.hooks: list = []
         seen: list[str] = []
@@ -60,7 +60,8 @@ class Run:
         runtime.start = spy
         try:
             with agent_run(scope):
-                call = prepare_chat(ScriptedBackend(mistral_tokenizer(template), [output]),
+                tokenizer = mistral_tokenizer(template, specials=specials)
+                call = prepare_chat(ScriptedBackend(tokenizer, [output]),
                                     [{"role": "user", "content": "6*7?"}], tools=[TOOL],
                                     constrained=False, chat_template=chat_template,
                                     **options)
@@ -140,4 +141,20 @@ def test_the_hook_reads_the_calls_own_tool_format(runtime):
     assert [c["name"] for c in run.progress.tool_calls] == ["calculator"]
     [(name, before)] = run.starts
     assert name == "calculator" and '"arguments"' not in before
+    assert run.taken == "42"
+
+
+def test_a_call_inside_magistral_think_starts_no_tool(runtime):
+    """Magistral's [THINK] special tokens: kept in decoding for the hook, the considered call
+    inside starts nothing, the call after [/THINK] starts at its name."""
+    call = '[TOOL_CALLS]calculator[ARGS]{"expression": "6*7"}'
+    output = f"[THINK]Maybe {call}? Better check.[/THINK]{call}</s>"
+    run = Run(runtime, "magistral-small-2509.jinja", output,
+              specials=("[ARGS]", "[THINK]", "[/THINK]"))
+    assert run.reasoning == "detect_mistral" and len(run.hooks) == 1
+    assert run.progress.reasoning_content == f"Maybe {call}? Better check."
+    assert [(c["name"], c["args"]) for c in run.progress.tool_calls] == [("calculator", ARGS)]
+    [(name, before)] = run.starts  # the call after [/THINK] only, before its arguments
+    assert name == "calculator" and before.count("[TOOL_CALLS]") == 2
+    assert '"expression"' not in before.split("[/THINK]")[1]
     assert run.taken == "42"
