@@ -7,7 +7,10 @@ are written in the ``<tool_call>`` JSON form and — with tools bound and ``cons
 — grammar-constrained so that every call names a given tool with arguments that match its
 schema (``tool_required=True`` or a ``tool_choice`` name forces a call). ``chat`` and
 ``stream_chat`` share one output parser, so a streamed answer adds up to the whole one and
-the last streamed response carries the complete tool calls. Inside
+the last streamed response carries the complete tool calls. A reasoning model's ``<think>``
+text is a ``ThinkingBlock`` before the answer in ``message.blocks`` (also
+``additional_kwargs["reasoning_content"]``) and streams as each response's
+``additional_kwargs["thinking_delta"]``; it is never answer text or a tool call. Inside
 :func:`~llama_index.llms.agentrt.agent_session` (or :func:`agentrt.session.agent_run`) an
 agent's calls continue one engine request whose KV is kept across tool calls.
 """

@@ -6,7 +6,10 @@ tools and sampling options to :func:`agentrt.chat.prepare_chat`; the call runs t
 :func:`agentrt.session.agent_run`); :class:`Progress` turns the shared
 :class:`~agentrt.chat.ChatProgress` into streamed responses (text ``delta`` + the message so
 far, tool calls included as they are written) or one final response — the last streamed
-response *is* the final one.
+response *is* the final one. A reasoning model's ``<think>`` text streams as
+``additional_kwargs["thinking_delta"]`` of each response (what LlamaIndex's agents put in
+``AgentStream.thinking_delta``), never in ``delta``, and the message so far holds it as a
+``ThinkingBlock``.
 """
 
 from __future__ import annotations
@@ -66,29 +69,27 @@ class Progress(ChatProgress):
             call["name"] = call["name"] or c["name"]
             call["args"] += c["args"] or ""
         if delta.finished:
-            return self.response(delta=piece.content)
+            return self.response(delta=piece.content, thinking_delta=piece.reasoning_content)
         if not piece:
             return None
         calls = [c for c in self._partial.values() if c["name"]]
-        return ChatResponse(message=self._message(calls), delta=piece.content)
+        return ChatResponse(message=self._message(calls), delta=piece.content,
+                            additional_kwargs=_thinking(piece.reasoning_content))
 
-    def response(self, delta: str | None = None) -> ChatResponse:
-        """The whole answer (after the last delta), usage in ``raw`` and ``additional_kwargs``."""
+    def response(self, delta: str | None = None, thinking_delta: str = "") -> ChatResponse:
+        """The whole answer (after the last delta), usage in ``raw`` and ``additional_kwargs``
+        (with the last delta's reasoning, when streamed)."""
         usage = {"prompt_tokens": self.num_prompt_tokens,
                  "completion_tokens": self.num_output_tokens,
                  "total_tokens": self.num_prompt_tokens + self.num_output_tokens}
         raw = {"model": self.model_name, "usage": usage, "finish_reason": self.finish_reason,
                "invalid_tool_calls": self.invalid_tool_calls}
-        return ChatResponse(message=self._message(self.tool_calls),
-                            delta=delta, raw=raw, additional_kwargs=dict(usage))
+        return ChatResponse(message=self._message(self.tool_calls), delta=delta, raw=raw,
+                            additional_kwargs={**usage, **_thinking(thinking_delta)})
 
     def _message(self, calls: list[dict[str, Any]]) -> ChatMessage:
-        """The message so far; the model's reasoning (``<think>`` text) in its
-        ``additional_kwargs["reasoning_content"]``."""
-        message = assistant_message(self.content, calls)
-        if self.reasoning_content:
-            message.additional_kwargs["reasoning_content"] = self.reasoning_content
-        return message
+        """The message so far: reasoning, text, tool calls."""
+        return assistant_message(self.content, calls, self.reasoning_content)
 
     def annotate_session(self) -> None:
         """Inside an agent run, after the call: tell the engine which tool the paused request
@@ -96,3 +97,8 @@ class Progress(ChatProgress):
         scope = current_scope()
         if scope is not None and self.tool_calls:
             scope.annotate_last(self.tool_calls[0]["name"])
+
+
+def _thinking(text: str) -> dict[str, Any]:
+    """A response's ``additional_kwargs`` for a streamed reasoning piece (none: empty)."""
+    return {"thinking_delta": text} if text else {}

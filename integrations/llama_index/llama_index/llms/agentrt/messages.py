@@ -7,6 +7,13 @@ fields, and builds the assistant message of an answer. An answer's tool calls ar
 and, for code that checks the older convention, OpenAI-format dicts in
 ``message.additional_kwargs["tool_calls"]``. A streamed call is a block whose
 ``tool_kwargs`` is the partial JSON of its arguments so far.
+
+A reasoning model's ``<think>`` text is a ``ThinkingBlock`` before the answer's blocks (as
+LlamaIndex's own integrations for reasoning models give it), and also
+``additional_kwargs["reasoning_content"]``; it is never text or a tool call. Sent back in a
+history, an assistant message is rendered from its text and tool calls only — its reasoning
+(``ThinkingBlock`` or ``reasoning_content``) is dropped, as the chat layer drops a LangChain
+``AIMessage``'s.
 """
 
 from __future__ import annotations
@@ -41,13 +48,18 @@ def to_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     return [_to_dict(m) for m in messages]
 
 
-def assistant_message(content: str, calls: Sequence[dict[str, Any]]) -> ChatMessage:
-    """The assistant message of an answer: its text and its tool calls (``{"name", "args",
-    "id"}``; ``args`` a dict, or the partial JSON string of a call still being written)."""
-    blocks: list[Any] = [TextBlock(text=content)] if content or not calls else []
+def assistant_message(content: str, calls: Sequence[dict[str, Any]],
+                      reasoning: str = "") -> ChatMessage:
+    """The assistant message of an answer: its reasoning (``<think>`` text), its text and its
+    tool calls (``{"name", "args", "id"}``; ``args`` a dict, or the partial JSON string of a
+    call still being written)."""
+    blocks: list[Any] = [ThinkingBlock(content=reasoning)] if reasoning else []
+    blocks += [TextBlock(text=content)] if content or not calls else []
     blocks += [ToolCallBlock(tool_call_id=c["id"], tool_name=c["name"], tool_kwargs=c["args"])
                for c in calls]
-    extra = {"tool_calls": [_openai_call(c) for c in calls]} if calls else {}
+    extra: dict[str, Any] = {"tool_calls": [_openai_call(c) for c in calls]} if calls else {}
+    if reasoning:
+        extra["reasoning_content"] = reasoning
     return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs=extra)
 
 
@@ -68,6 +80,8 @@ def keep_first_call(message: ChatMessage) -> None:
 
 
 def _to_dict(message: ChatMessage) -> dict[str, Any]:
+    """The OpenAI-format dict of ``message``; reasoning is not part of it (see the module
+    docs)."""
     role = _ROLES.get(message.role, message.role.value)
     text = message_text([_part(b) for b in message.blocks if not isinstance(b, _NOT_CONTENT)])
     if role == "assistant":
