@@ -19,7 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from llama_index.core.agent.workflow import AgentStream, FunctionAgent, ToolCallResult
+from llama_index.core.agent.workflow import (
+    AgentStream,
+    FunctionAgent,
+    ReActAgent,
+    ToolCallResult,
+)
 from llama_index.core.base.llms.types import (
     ChatMessage,
     TextBlock,
@@ -27,7 +32,7 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 from llama_index.core.tools import FunctionTool
-from llama_index.llms.agentrt import AgentRT
+from llama_index.llms.agentrt import AgentRT, agent_session, react_grammar
 from llama_index.llms.agentrt.generation import prepare_call
 
 from agentrt.backends.local import LocalBackend
@@ -222,3 +227,29 @@ def test_function_agent_streams_thinking_and_keeps_it_out_of_the_next_prompt():
     second = backend.tokenizer.decode(backend.prompts[1])
     assert "get_weather\", \"arguments\": {\"city\"" not in second  # the considered call
     assert "better compute it" not in second and '"6*7"' in second and "42" in second
+
+
+def test_react_grammar_lets_a_reasoning_model_think_first(engine):
+    xgr = pytest.importorskip("xgrammar")
+    info = xgr.TokenizerInfo.from_huggingface(engine.tokenizer)
+    compiler = xgr.GrammarCompiler(info)
+
+    def accepts(grammar: str, text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiler.compile_grammar(grammar))
+        return (matcher.accept_string(text) and matcher.accept_token(info.stop_token_ids[0])
+                and matcher.is_terminated())
+
+    turn = 'Thought: I can use a tool.\nAction: calculator\nAction Input: {"expression": "6*7"}'
+    thought = "Six times seven.\n</think>\n\n"
+    opened = react_grammar(TOOLS, "open")  # the template opened <think>: it must close
+    assert accepts(opened, thought + turn) and not accepts(opened, turn)
+    optional = react_grammar(TOOLS, "detect")
+    assert accepts(optional, "<think>\n" + thought + turn) and accepts(optional, turn)
+    assert not accepts(react_grammar(TOOLS), thought + turn)
+
+
+def test_agent_session_reads_the_reasoning_mode_from_the_template(thinking_llm, llm):
+    with agent_session(ReActAgent(tools=TOOLS, llm=thinking_llm)) as scope:
+        assert scope.grammar == react_grammar(TOOLS, "open")
+    with agent_session(ReActAgent(tools=TOOLS, llm=llm)) as scope:  # SmolLM2's own: none
+        assert scope.grammar == react_grammar(TOOLS)

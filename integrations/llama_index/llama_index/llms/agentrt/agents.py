@@ -25,7 +25,8 @@ longest prefix with — at least :data:`MIN_SHARED_TOKENS` — however far back 
 the session rolls the rest back and prefills the new prompt from there.
 
 For a ``ReActAgent`` on a constrained ``AgentRT`` the run's calls also follow the ReAct
-grammar (:mod:`~llama_index.llms.agentrt.react`), so every step parses.
+grammar (:mod:`~llama_index.llms.agentrt.react`), so every step parses — after the reasoning
+block of a reasoning model (its template read as a chat call reads it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from typing import Any
 from llama_index.llms.agentrt.base import AgentRT
 from llama_index.llms.agentrt.react import react_grammar
 
+from agentrt.chat import render_prompt
+from agentrt.chat.formats import Reasoning, detect_reasoning
 from agentrt.session import SessionScope, agent_run
 
 __all__ = ["MIN_SHARED_TOKENS", "agent_session"]
@@ -65,4 +68,12 @@ def _react_grammar_for(agent: Any) -> str | None:
     llm = agent.llm
     if not isinstance(llm, AgentRT) or not llm.constrained:
         return None
-    return react_grammar(agent.tools)
+    return react_grammar(agent.tools, _reasoning(llm))
+
+
+def _reasoning(llm: AgentRT) -> Reasoning:
+    """The reasoning mode of ``llm``'s calls: its template, and whether a generation prompt
+    opens the reasoning block (the same for every chat)."""
+    tokenizer = llm.get_backend().tokenizer
+    probe = render_prompt(tokenizer, [{"role": "user", "content": "hi"}])
+    return detect_reasoning(tokenizer, probe)

@@ -6,7 +6,10 @@ or ``Answer: <answer>``. A small model breaks that format often, and every break
 iteration. :func:`react_grammar` writes the format as an xgrammar structural tag — each
 tool's ``Action Input`` is JSON of that tool's schema — and returns it as EBNF, the form
 :attr:`agentrt.session.SessionScope.grammar` takes; inside
-:func:`~llama_index.llms.agentrt.agent_session` a constrained ``AgentRT`` follows it.
+:func:`~llama_index.llms.agentrt.agent_session` a constrained ``AgentRT`` follows it. A
+reasoning model's turn starts with its reasoning block (the rest of the block when the
+template opened it; an optional whole one when it may) and the ReAct turn follows it: the
+block is reasoning (a ``ThinkingBlock``), the ReAct text the answer the agent parses.
 """
 
 from __future__ import annotations
@@ -15,13 +18,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from agentrt.chat.formats import Reasoning, reasoning_tags
+
 __all__ = ["react_grammar"]
 
 _MAX_JSON_WHITESPACE = 1  # NOTE: as in agentrt.chat.grammar: no runaway whitespace
 
 
-def react_grammar(tools: Sequence[Any]) -> str:
-    """The EBNF of one ReAct turn with these LlamaIndex tools (needs xgrammar)."""
+def react_grammar(tools: Sequence[Any], reasoning: Reasoning = "none") -> str:
+    """The EBNF of one ReAct turn with these LlamaIndex tools (needs xgrammar), after the
+    reasoning block of the model's ``reasoning`` mode (see :func:`agentrt.chat.prepare_chat`'s
+    ``ChatCall.reasoning``)."""
     import xgrammar as xgr
 
     if not tools:
@@ -33,8 +40,19 @@ def react_grammar(tools: Sequence[Any]) -> str:
                "end": "\n"}
     turn = {"type": "sequence",
             "elements": [thought, {"type": "or", "elements": [*actions, answer]}]}
-    tag = {"type": "structural_tag", "format": turn}
+    tag = {"type": "structural_tag", "format": _after_reasoning(turn, reasoning)}
     return str(xgr.Grammar.from_structural_tag(json.dumps(tag)))
+
+
+def _after_reasoning(turn: dict[str, Any], reasoning: Reasoning) -> dict[str, Any]:
+    tags = reasoning_tags(reasoning)
+    if tags is None:
+        return turn
+    think = {"type": "tag", "begin": "" if tags.is_open else tags.open,
+             "content": {"type": "any_text"}, "end": tags.close + tags.after}
+    if not tags.is_open:
+        think = {"type": "optional", "content": think}
+    return {"type": "sequence", "elements": [think, turn]}
 
 
 def _action(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
