@@ -12,8 +12,12 @@ per template by rendering probe messages.
 
 Messages are OpenAI chat-completion dicts: ``role`` (system, developer, user, assistant,
 tool), ``content`` (a string, a list of ``{"type": "text"}`` parts, or None), an assistant's
-``tool_calls`` (arguments as a dict or a JSON string), a tool's ``tool_call_id`` / ``name``.
-Every integration converts its own message type into this form and renders through here.
+``tool_calls`` (arguments as a dict or a JSON string) and ``reasoning_content`` (its
+``<think>`` text, a string), a tool's ``tool_call_id`` / ``name``. Reasoning is passed to the
+template, which decides: Qwen3's keeps it in the turns after the last user message (an agent's
+tool steps, as the model wrote them) and drops it before; a template that never reads it
+drops it. Every integration converts its own message type into this form and renders through
+here.
 """
 
 from __future__ import annotations
@@ -160,7 +164,12 @@ def _to_template(message: Mapping[str, Any], caps: TemplateCaps,
     if role == "developer":
         return {"role": "system", "content": text}
     if role == "assistant":
-        return _assistant(message.get("tool_calls") or [], text, caps, tool_format)
+        out = _assistant(message.get("tool_calls") or [], text, caps, tool_format)
+        reasoning = message.get("reasoning_content")
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise ValueError(f"an assistant message's reasoning_content must be a string, got "
+                             f"{type(reasoning).__name__}")
+        return {**out, "reasoning_content": reasoning} if reasoning else out
     if role in ("tool", "function"):
         return _tool_result(message, text, caps, tool_format)
     return {"role": role, "content": text}

@@ -82,3 +82,19 @@ def test_llama_index_messages_carry_reasoning_in_additional_kwargs():
     message = progress.response().message
     assert message.additional_kwargs["reasoning_content"] == progress.reasoning_content
     assert json.loads(message.additional_kwargs["tool_calls"][0]["function"]["arguments"]) == {}
+
+
+def test_langchain_history_gives_reasoning_to_the_template():
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from langchain_agentrt.messages import to_openai_messages
+
+    call = {"name": "get_time", "args": {}, "id": "call_1"}
+    step = [HumanMessage("What time is it?"),
+            AIMessage("", tool_calls=[call], additional_kwargs={"reasoning_content": "Check."}),
+            ToolMessage("noon", tool_call_id="call_1")]
+    dicts = to_openai_messages(step)
+    assert dicts[1]["reasoning_content"] == "Check."
+    odd = AIMessage("hi", additional_kwargs={"reasoning_content": {"summary": []}})
+    assert "reasoning_content" not in to_openai_messages([odd])[0]  # another provider's

@@ -73,3 +73,32 @@ def test_prepare_chat_builds_a_constrained_request(engine):
     with pytest.raises(ValueError, match="does not name a bound tool"):
         prepare_chat(engine, [{"role": "user", "content": "hi"}], tools=[TOOL],
                      tool_choice={"type": "function", "function": {"name": "divide"}})
+
+
+REASONED_STEP = [  # an agent's tool step: the model reasoned, then called
+    {"role": "user", "content": "What is 3 times 7?"},
+    {"role": "assistant", "content": "", "reasoning_content": "Multiply them.", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "multiply", "arguments": '{"a": 3, "b": 7}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "21"},
+]
+
+
+def test_reasoning_goes_to_the_template_which_keeps_it_in_the_tool_steps(tokenizer):
+    from pathlib import Path
+
+    qwen3 = (Path(__file__).parent / "templates" / "qwen3.jinja").read_text()
+    step = render_prompt(tokenizer, REASONED_STEP, [TOOL], chat_template=qwen3)
+    assert "<|im_start|>assistant\n<think>\nMultiply them.\n</think>\n\n<tool_call>" in step
+    later = render_prompt(tokenizer, [*REASONED_STEP, {"role": "assistant", "content": "21."},
+                                      {"role": "user", "content": "And 4 times 5?"}],
+                          [TOOL], chat_template=qwen3)
+    assert "Multiply them." not in later  # before the last user message: Qwen3 drops it
+    assert "Multiply them." not in render_prompt(tokenizer, REASONED_STEP, [TOOL])  # SmolLM2
+
+
+@pytest.mark.parametrize("bad", [42, ["Multiply them."], {"text": "x"}])
+def test_reasoning_that_is_not_text_is_refused(tokenizer, bad):
+    messages = [REASONED_STEP[0], {**REASONED_STEP[1], "reasoning_content": bad}]
+    with pytest.raises(ValueError, match="reasoning_content must be a string"):
+        render_prompt(tokenizer, messages, [TOOL])

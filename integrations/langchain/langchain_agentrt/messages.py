@@ -46,10 +46,11 @@ def _to_dict(message: BaseMessage) -> dict[str, Any]:
     if isinstance(message, HumanMessage):
         return {"role": "user", "content": text}
     if isinstance(message, AIMessage):
-        return {"role": "assistant", "content": text, "tool_calls": [
+        out = {"role": "assistant", "content": text, "tool_calls": [
             {"id": c.get("id"), "type": "function",
              "function": {"name": c["name"], "arguments": c["args"]}}
             for c in message.tool_calls]}
+        return _with_reasoning(out, message.additional_kwargs.get("reasoning_content"))
     if isinstance(message, ToolMessage):
         return {"role": "tool", "content": text, "name": message.name,
                 "tool_call_id": message.tool_call_id}
@@ -58,3 +59,9 @@ def _to_dict(message: BaseMessage) -> dict[str, Any]:
     if isinstance(message, ChatMessage):
         return {"role": message.role, "content": text}
     raise ValueError(f"ChatAgentRT cannot render a {type(message).__name__}")
+
+
+def _with_reasoning(message: dict[str, Any], reasoning: Any) -> dict[str, Any]:
+    """``message`` with its ``reasoning_content`` when that is text (the chat template decides
+    what to show: :mod:`agentrt.chat.template`); another provider's odd field is left out."""
+    return {**message, "reasoning_content": reasoning} if isinstance(reasoning, str) else message

@@ -44,7 +44,8 @@ def test_user_system_assistant_and_tool_messages_convert():
         {"role": "user", "content": "17 * 23?"},
         {"role": "assistant", "content": "Let me compute.", "tool_calls": [
             {"id": "c1", "type": "function",
-             "function": {"name": "multiply", "arguments": '{"a": 17, "b": 23}'}}]},
+             "function": {"name": "multiply", "arguments": '{"a": 17, "b": 23}'}}],
+         "reasoning_content": "hidden"},  # the chat template decides whether it shows
         {"role": "tool", "content": "391", "tool_call_id": "c1", "name": None},
         {"role": "assistant", "content": "It is 391.", "tool_calls": []},
     ]

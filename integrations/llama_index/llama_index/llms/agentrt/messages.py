@@ -11,9 +11,10 @@ and, for code that checks the older convention, OpenAI-format dicts in
 A reasoning model's ``<think>`` text is a ``ThinkingBlock`` before the answer's blocks (as
 LlamaIndex's own integrations for reasoning models give it), and also
 ``additional_kwargs["reasoning_content"]``; it is never text or a tool call. Sent back in a
-history, an assistant message is rendered from its text and tool calls only — its reasoning
-(``ThinkingBlock`` or ``reasoning_content``) is dropped, as the chat layer drops a LangChain
-``AIMessage``'s.
+history, an assistant message's reasoning (its ``ThinkingBlock`` s, else
+``reasoning_content``) goes to the chat template with its text and tool calls, as a LangChain
+``AIMessage``'s does: the template decides (Qwen3's keeps it in the tool steps after the last
+user message and drops it before; SmolLM2's never shows it).
 """
 
 from __future__ import annotations
@@ -80,12 +81,18 @@ def keep_first_call(message: ChatMessage) -> None:
 
 
 def _to_dict(message: ChatMessage) -> dict[str, Any]:
-    """The OpenAI-format dict of ``message``; reasoning is not part of it (see the module
-    docs)."""
+    """The OpenAI-format dict of ``message`` (an assistant's reasoning as
+    ``reasoning_content``: see the module docs)."""
     role = _ROLES.get(message.role, message.role.value)
     text = message_text([_part(b) for b in message.blocks if not isinstance(b, _NOT_CONTENT)])
     if role == "assistant":
-        return {"role": role, "content": text, "tool_calls": _calls(message)}
+        thinking = [b.content for b in message.blocks
+                    if isinstance(b, ThinkingBlock) and b.content]
+        reasoning = ("".join(thinking) if thinking
+                     else message.additional_kwargs.get("reasoning_content"))
+        out = {"role": role, "content": text, "tool_calls": _calls(message)}
+        # NOTE: text only: another integration's odd field is left out
+        return {**out, "reasoning_content": reasoning} if isinstance(reasoning, str) else out
     if role == "tool":
         extra = message.additional_kwargs
         return {"role": role, "content": text, "tool_call_id": extra.get("tool_call_id"),
