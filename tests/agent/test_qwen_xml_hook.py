@@ -72,7 +72,7 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-999, 999)
                      max_leaves=5)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.fixed_dictionaries({"s": _TEXT, "digits": _TEXT, "n": st.integers(-10**6, 10**6),
                               "b": st.booleans(), "o": st.dictionaries(st.text("xy", min_size=1,
                               max_size=2), _JSON, max_size=2), "a": st.lists(_JSON, max_size=3)}))
