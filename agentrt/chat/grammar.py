@@ -29,10 +29,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentrt.chat.formats import HERMES, THINK_CLOSE, THINK_OPEN, Reasoning, ToolCallFormat
+from agentrt.chat.formats import HERMES, Reasoning, ToolCallFormat, reasoning_tags
 
 __all__ = [
     "ToolChoice",
+    "after_reasoning",
     "normalize_tool_choice",
     "output_structural_tag",
     "response_schema",
@@ -90,7 +91,7 @@ def output_structural_tag(tools: Sequence[dict[str, Any]], tool_choice: ToolChoi
             calls_only = "required" if tool_choice == "auto" else tool_choice
             calls = tool_call_format(tools, calls_only, **options)
             fmt = calls if tool_choice != "auto" else {"type": "or", "elements": [calls, fmt]}
-    return {"type": "structural_tag", "format": _after_reasoning(fmt, reasoning)}
+    return {"type": "structural_tag", "format": after_reasoning(fmt, reasoning)}
 
 
 def response_schema(response_format: dict[str, Any]) -> dict[str, Any] | None:
@@ -159,14 +160,17 @@ def _markers(tool_format: ToolCallFormat) -> list[str]:
     return [*tool_format.open_tags, *tool_format.bare_opens]
 
 
-def _after_reasoning(fmt: dict[str, Any], reasoning: Reasoning) -> dict[str, Any]:
-    """Let the answer start with reasoning: the rest of an open ``<think>`` block, or an
-    optional whole block (in which a call marker is only text, as the parser reads it)."""
-    if reasoning == "none":
+def after_reasoning(fmt: dict[str, Any], reasoning: Reasoning) -> dict[str, Any]:
+    """The structural-tag format ``fmt`` after the reasoning block of ``reasoning``'s syntax
+    (``<think>`` or Magistral's ``[THINK]``): the rest of the block when the prompt opened
+    it, else an optional whole block (in which a call marker is only text, as the parser
+    reads it); ``fmt`` itself for ``"none"``."""
+    tags = reasoning_tags(reasoning)
+    if tags is None:
         return fmt
-    think = {"type": "tag", "begin": "" if reasoning == "open" else THINK_OPEN,
-             "content": {"type": "any_text"}, "end": THINK_CLOSE + "\n\n"}
-    if reasoning == "detect":
+    think = {"type": "tag", "begin": "" if tags.is_open else tags.open,
+             "content": {"type": "any_text"}, "end": tags.close + tags.after}
+    if not tags.is_open:
         think = {"type": "optional", "content": think}
     return {"type": "sequence", "elements": [think, fmt]}
 

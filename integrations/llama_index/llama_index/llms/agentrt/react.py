@@ -18,7 +18,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agentrt.chat.formats import Reasoning, reasoning_tags
+from agentrt.chat.formats import Reasoning
+from agentrt.chat.grammar import after_reasoning
 
 __all__ = ["react_grammar"]
 
@@ -40,19 +41,8 @@ def react_grammar(tools: Sequence[Any], reasoning: Reasoning = "none") -> str:
                "end": "\n"}
     turn = {"type": "sequence",
             "elements": [thought, {"type": "or", "elements": [*actions, answer]}]}
-    tag = {"type": "structural_tag", "format": _after_reasoning(turn, reasoning)}
+    tag = {"type": "structural_tag", "format": after_reasoning(turn, reasoning)}
     return str(xgr.Grammar.from_structural_tag(json.dumps(tag)))
-
-
-def _after_reasoning(turn: dict[str, Any], reasoning: Reasoning) -> dict[str, Any]:
-    tags = reasoning_tags(reasoning)
-    if tags is None:
-        return turn
-    think = {"type": "tag", "begin": "" if tags.is_open else tags.open,
-             "content": {"type": "any_text"}, "end": tags.close + tags.after}
-    if not tags.is_open:
-        think = {"type": "optional", "content": think}
-    return {"type": "sequence", "elements": [think, turn]}
 
 
 def _action(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
