@@ -232,10 +232,11 @@ class SessionScope:
         self.hook_factory: Any = None
         """Makes the hook of each call (e.g. partial execution of the run's tools), called as
         ``factory(tokenizer, reasoning=mode, tool_format=fmt, can_call_tools=bool)``: the
-        backend's tokenizer, where the call's output may hold ``<think>`` text (``"none"``,
-        ``"detect"``, ``"open"``), the format its tool calls are written in, and whether it may
-        make any; None: no hook for that call. A hook's ``close()`` runs when the call's
-        output ends, and the factory's ``withdraw()``, if any, when the scope closes."""
+        backend's tokenizer, where the call's output may hold reasoning text (``"none"``,
+        ``"detect"``, ``"open"``, ``"detect_mistral"``, ``"open_mistral"``), the format its
+        tool calls are written in, and whether it may make any; None: no hook for that call.
+        A hook's ``close()`` runs when the call's output ends, and the factory's
+        ``withdraw()``, if any, when the scope closes."""
         self.grammar: str | None = None
         """A GBNF grammar the run's model calls follow unless a call binds its own tools or
         format (set by an executor that knows the agent's output format, e.g. ReAct)."""

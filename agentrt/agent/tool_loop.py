@@ -179,10 +179,14 @@ def run_with_tools(
     passed in stays open; tools given by name or instance get a runtime closed at the end.
     ``backend`` is a :class:`~agentrt.backends.base.Backend` or an :class:`agentrt.Engine`.
     The parser reads markers of ``syntax`` that are special tokens (Mistral's ``[TOOL_CALLS]``)
-    as decoded text; the other special tokens are skipped. ``reasoning``: where the output may
-    hold ``<think>`` reasoning, whose calls start no tool (``"none"``, ``"detect"``, ``"open"``;
-    None: from the tokenizer's chat template and the prompt, as the chat layer decides it).
+    as decoded text, and so are the reasoning tags (Magistral's ``[THINK]``); the other special
+    tokens are skipped. ``reasoning``: where the output may hold reasoning, whose calls start no
+    tool (a :data:`~agentrt.chat.formats.Reasoning` mode; None: from the tokenizer's chat
+    template and the prompt, as the chat layer decides it). The parser is the runtime's
+    (``ToolStream(parser=syntax)``): JSON calls strict, Qwen3-Coder XML values typed by the
+    tools' schemas.
     """
+    from agentrt.chat.formats import detect_reasoning, reasoning_tags
     from agentrt.session import Session
 
     session = Session(backend, namespace=namespace)
@@ -192,15 +196,17 @@ def run_with_tools(
     else:
         context = _encode(tokenizer, prompt) + _encode(tokenizer, reply_prefix)
     if reasoning is None:
-        from agentrt.chat.formats import detect_reasoning
-
         tail = prompt + reply_prefix if isinstance(prompt, str) else \
             tokenizer.decode(context[-32:])
         reasoning = detect_reasoning(tokenizer, tail)
-    parser = create_parser(syntax)
-    # NOTE: markers that are special tokens (Mistral's [TOOL_CALLS]) must survive decoding
-    decoder = marker_tokenizer(tokenizer, parser.markers) or tokenizer
-    with ToolStream(decoder, tools, parser=parser, session=session, lazy=lazy,
+    tags = reasoning_tags(reasoning)
+    # NOTE: markers that are special tokens (Mistral's [TOOL_CALLS], Magistral's [THINK])
+    # must survive decoding
+    markers = create_parser(syntax).markers
+    if tags is not None:
+        markers = (*markers, tags.open, tags.close)
+    decoder = marker_tokenizer(tokenizer, markers) or tokenizer
+    with ToolStream(decoder, tools, parser=syntax, session=session, lazy=lazy,
                     reasoning=reasoning) as stream:
         if reply_prefix and stream.feed_text(reply_prefix) == "abort":
             return ToolRun((), tuple(stream.observations))

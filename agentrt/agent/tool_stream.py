@@ -12,12 +12,14 @@ engine's hook signature (``"pause"`` once a call is complete); :meth:`ToolStream
 starts a new output segment after an observation was appended. The engine itself knows nothing
 about tools: this adapter only needs ``tokenizer.decode``.
 
-A parser named by its syntax reads JSON calls strictly: a call that is valid JSON but no valid
-call (arguments that are not an object, a second name) is rejected as it is written, never
-started. With ``reasoning`` (``"detect"`` / ``"open"``, the chat layer's modes) the text of
-``<think>`` blocks never reaches the parser
-(:class:`~agentrt.agent.parsers.reasoning.SkipReasoning`): a call the model only considered
-starts no tool.
+A parser named by its syntax is :func:`~agentrt.agent.parsers.stream_parser`'s, built for the
+runtime's tools: JSON calls read strictly (a call that is valid JSON but no valid call —
+arguments that are not an object, a second name — is rejected as it is written, never
+started), Qwen3-Coder XML values typed by the tools' schemas as the chat layer types them.
+With ``reasoning`` (the chat layer's modes: ``"detect"`` / ``"open"`` for ``<think>``,
+``"detect_mistral"`` / ``"open_mistral"`` for ``[THINK]``) the text of reasoning blocks never
+reaches the parser (:class:`~agentrt.agent.parsers.reasoning.SkipReasoning`): a call the model
+only considered starts no tool.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from agentrt.agent.parsers import PARSERS, BaseStreamParser, create_parser
+from agentrt.agent.parsers import BaseStreamParser, stream_parser
 from agentrt.agent.parsers.base import (
     CallEnd,
     CallStart,
@@ -36,7 +38,6 @@ from agentrt.agent.parsers.base import (
     Piece,
     ToolName,
 )
-from agentrt.agent.parsers.json_toolcall import JsonToolCallParser
 from agentrt.agent.parsers.reasoning import SkipReasoning
 from agentrt.agent.plugin import Observation, Tool
 from agentrt.agent.runtime import ToolCall, ToolRuntime
@@ -63,13 +64,6 @@ def arguments_of(pieces: Iterable[Piece]) -> dict[str, Any]:
     return args
 
 
-def _stream_parser(syntax: str) -> BaseStreamParser:
-    """The registered parser of ``syntax``; JSON calls read strictly (see the module doc)."""
-    if issubclass(PARSERS.get(syntax), JsonToolCallParser):
-        return create_parser(syntax, is_strict=True)
-    return create_parser(syntax)
-
-
 class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
 
@@ -90,7 +84,10 @@ class ToolStream:
     ) -> None:
         self.runtime = tools if isinstance(tools, ToolRuntime) else ToolRuntime(tools)
         self._owns_runtime = not isinstance(tools, ToolRuntime)
-        self.parser = _stream_parser(parser) if isinstance(parser, str) else parser
+        if isinstance(parser, str):
+            specs = [tool.spec() for tool in self.runtime.tools.values()]
+            parser = stream_parser(parser, tools=specs)
+        self.parser = parser
         if reasoning != "none":
             self.parser = SkipReasoning(self.parser, reasoning)
         self._fresh_parser = copy.deepcopy(self.parser)  # for a new segment after close()

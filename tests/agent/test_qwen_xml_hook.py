@@ -110,3 +110,15 @@ def test_the_tool_stream_hook_gives_the_tool_typed_arguments(tokenizer, runtime)
         [(_, arguments)] = stream.completed
         assert arguments == {"text": "42", "n": 3} and isinstance(arguments["text"], str)
         assert stream.observation().text == "n=3 text=42"
+
+
+def test_a_tool_stream_named_by_syntax_types_by_its_runtimes_tools(tokenizer, runtime):
+    """``ToolStream(parser="qwen_xml")`` (the hook partial execution and run_with_tools
+    build) reads values by the runtime's tools' schemas: ``"42"`` stays a string."""
+    reply = QWEN_XML.format_calls([("echo", {"text": "42", "n": 3})])
+    with ToolStream(tokenizer, runtime, parser="qwen_xml", wait_for_tools=True) as stream:
+        for token in tokenizer.encode(reply, add_special_tokens=False):
+            assert stream.on_tokens([token]) == "continue"
+        stream.close()
+        [(_, arguments)] = stream.completed
+        assert arguments == {"text": "42", "n": 3}

@@ -133,3 +133,13 @@ def test_a_chat_call_decodes_the_special_tags_into_reasoning_content(tools):
     else:  # no calls can be made: call markers are dropped as other special tokens are
         assert progress.reasoning_content == 'I could call calc{"x": 1}, or not.'
         assert progress.content == 'Let me check.calc{"x": 2}' and progress.tool_calls == []
+
+
+def test_the_grammar_lets_a_magistral_answer_start_with_its_think_block():
+    from agentrt.chat.grammar import output_structural_tag
+
+    tag = output_structural_tag([TOOL], "auto", None, tool_format=MISTRAL_ARGS,
+                                reasoning="detect_mistral")
+    think = tag["format"]["elements"][0]
+    assert think["type"] == "optional"  # the model may skip it
+    assert (think["content"]["begin"], think["content"]["end"]) == ("[THINK]", "[/THINK]")
