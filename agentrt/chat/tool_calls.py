@@ -111,6 +111,10 @@ class ToolCallStream:
         self._num_calls = 0
         self._mode = "reasoning" if is_open else "text"  # | list_open | list_next
         self._skip = "\n" if is_open else ""  # leading characters to drop
+        self._after_call = False
+        """A call's close tag was the last thing read: whitespace from here is held back, and
+        dropped if another call or the end follows (the line break between parallel calls is
+        no answer text)."""
 
     def feed(self, text: str) -> StreamPiece:
         """Consume the next piece of output; return what it completed."""
@@ -133,7 +137,7 @@ class ToolCallStream:
         out = StreamPiece()
         if self._mode == "reasoning":
             out.reasoning_content = self._pending
-        else:
+        elif not (self._after_call and self._pending.isspace()):
             out.content = self._pending
         self._pending = ""
         call = self._call
@@ -161,10 +165,15 @@ class ToolCallStream:
         found, marker = _find_first(data, self._markers)
         if marker is None:
             keep = max((_partial_tag_len(data, m) for m in self._markers), default=0)
+            if self._after_call and not data[: len(data) - keep].strip(_WHITESPACE):
+                keep = len(data)  # only whitespace since a call: what follows decides
             out.content += data[: len(data) - keep]
+            self._after_call = self._after_call and keep == len(data)
             self._pending = data[len(data) - keep :]
             return ""
-        out.content += data[:found]
+        if not (self._after_call and not data[:found].strip(_WHITESPACE)):
+            out.content += data[:found]
+        self._after_call = False
         self._pending = ""
         rest = data[found + len(marker) :]
         if marker == self._think[0]:
@@ -247,6 +256,7 @@ class ToolCallStream:
                 if c == ">" and "".join(call.raw).endswith(CLOSE_TAG):
                     del call.raw[-len(CLOSE_TAG) :]
                     self._end_call(call)
+                    self._after_call = True
                     return text[i + 1 :]
         return ""
 
@@ -261,6 +271,7 @@ class ToolCallStream:
         if fmt.close_tag:
             if stripped == fmt.close_tag:
                 self._end_call(call)
+                self._after_call = True
                 return rest
             if fmt.close_tag.startswith(stripped):
                 return None

@@ -210,7 +210,8 @@ SAMPLES = {  # (format, reasoning, output text)
 }
 EXPECTED = {
     "hermes": dict(
-        content="Sure — \n then 😀  after <tool bit", reasoning="Let me see… 日本 <tool_call>"
+        # the "\n" between the two calls is no answer text (held, then dropped: a call followed)
+        content="Sure —  then 😀  after <tool bit", reasoning="Let me see… 日本 <tool_call>"
         '{"name": "x"} is no call',
         calls=[("search", {"query": 'café "paris"', "n": 3}), ("f", {})], invalid=[None]),
     "llama3": dict(
@@ -317,3 +318,17 @@ def test_arguments_stream_before_a_llama3_call_ends():
     text = LLAMA3.format_call("search", {"query": "a long query, word by word"})
     pieces = [c["args"] for ch in text for c in stream.feed(ch).tool_call_chunks if c["args"]]
     assert len(pieces) > 5 and pieces[0].startswith('{"query": "a')
+
+
+@pytest.mark.parametrize("between, after, content", [
+    ("\n", "\n", "Let me check.\n"),  # parallel calls: the line breaks are no answer
+    ("\n", "\n\nDone.", "Let me check.\n\n\nDone."),  # text after: its whitespace kept
+    ("  \n ", "", "Let me check.\n")])
+def test_whitespace_between_calls_is_no_answer_at_any_cut(between, after, content):
+    text = ("Let me check.\n" + HERMES.format_call("f", {"a": 1}) + between
+            + HERMES.format_call("g", {}) + after)
+    for cut in range(len(text) + 1):
+        stream = ToolCallStream(HERMES)
+        outs = [stream.feed(text[:cut]), stream.feed(text[cut:]), stream.close()]
+        assert "".join(o.content for o in outs) == content, cut
+        assert [c["name"] for c in stream.tool_calls] == ["f", "g"]
