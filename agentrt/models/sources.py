@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,14 +300,17 @@ def _pick_gguf(files: list[str], pick: str | None) -> str | None:
 
 def _ollama_blob(models: Path, manifest: Path) -> Path:
     try:
-        if manifest.stat().st_size > _MAX_MANIFEST_BYTES:
+        info = manifest.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or /dev/zero: reading it would never end
+            raise ValueError("not a regular file")
+        if info.st_size > _MAX_MANIFEST_BYTES:
             raise ValueError("too large")
         layers = json.loads(manifest.read_text())["layers"]
         if not isinstance(layers, list):
             raise TypeError("layers is not a list")
         digest = next(x["digest"] for x in layers
                       if isinstance(x, dict) and x.get("mediaType") == _OLLAMA_MODEL_LAYER)
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, RecursionError) as exc:
         raise ModelNotFoundError(f"{manifest}: not an Ollama manifest with a model layer "
                                  f"({type(exc).__name__})") from None
     found = _DIGEST.fullmatch(str(digest))
