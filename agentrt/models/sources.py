@@ -341,15 +341,17 @@ def _list_embedded() -> Iterator[LocalModel]:
 
 
 def _list_ollama() -> Iterator[LocalModel]:
+    seen: set[OllamaName] = set()  # NOTE: a manifest shadows its name in later stores, as in locate
     for models in env.ollama_models_dirs():
         root = models / "manifests"
         for manifest in sorted(root.glob("*/*/*/*")) if root.is_dir() else ():
             name = OllamaName(*manifest.relative_to(root).parts)
             try:
-                if parse_ollama_name(name.short) != name:  # a folder Ollama would not name
-                    continue
+                if name in seen or parse_ollama_name(name.short) != name or not manifest.is_file():
+                    continue  # shadowed, or a folder Ollama would not name
+                seen.add(name)
                 blob = _ollama_blob(models, manifest)
-            except (ValueError, ModelNotFoundError):
+            except (OSError, ValueError, ModelNotFoundError):
                 continue
             yield _describe(f"ollama:{name.short}", blob, "ollama")
 
