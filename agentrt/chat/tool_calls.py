@@ -278,6 +278,7 @@ class ToolCallStream:
         elif fmt.is_list and stripped in (",", "]"):
             self._end_call(call)
             self._mode = "list_next" if stripped == "," else "text"
+            self._after_call = stripped == "]"  # the list's end is the calls' close tag
             return rest
         elif stripped == ";" and fmt.separator.strip() == ";":
             self._end_call(call)

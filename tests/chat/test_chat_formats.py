@@ -219,7 +219,8 @@ EXPECTED = {
         calls=[("search", {"query": "日本 €", "n": [1, 2500.0]}), ("g", {}),  # the error
                ("h", {"s": "ü😀"}), ("k", {"b": None})], invalid=[None]),
     "mistral": dict(
-        content="OK  after  ", reasoning="still thinking 🤔",
+        # the " " between two lists of calls is no answer text (as between Hermes calls)
+        content="OK  after ", reasoning="still thinking 🤔",
         calls=[("search", {"query": "ü"}), ("g", {}), ("h", {"a": True})], invalid=["t"]),
     "mistral_args": dict(  # a bad name, an empty one, arguments that are no object: invalid
         content="Let me check 😀 then name[ARGS]{} x {}  ", reasoning="",
