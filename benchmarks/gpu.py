@@ -24,11 +24,13 @@ agent workload, vLLM or SGLang) is in the README's GPU section.
     python benchmarks/gpu.py                           # everything
     python benchmarks/gpu.py --skip-agent --decode-batches 1,8
     python benchmarks/gpu.py --model Qwen/Qwen2.5-0.5B-Instruct --skip-vllm --skip-sglang
+    python benchmarks/gpu.py --skip-agent --attention-backend torch --sdpa-backends math
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.metadata
 import importlib.util
@@ -291,9 +293,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="agentrt max_num_batched_tokens (8192)")
     p.add_argument("--kv-cache-gb", type=float, default=8.0, help="agentrt KV pool (8 GB)")
     p.add_argument("--agent-tasks", type=int, default=4, help="agent tasks per agent (4)")
+    p.add_argument("--sdpa-backends", type=_sdpa_backends, default=None, metavar="LIST",
+                   help="the SDPA backends every side may use (torch picks among them in "
+                        f"its own order): a comma list of {', '.join(SDPA_BACKENDS)} "
+                        "(default: all). agentrt's torch attention backend and transformers' "
+                        "sdpa go through SDPA; FlashInfer does not")
     for peer in ("hf", "vllm", "sglang", "agent"):
         p.add_argument(f"--skip-{peer}", action="store_true", help=f"skip {peer}")
     return p.parse_args(argv)
+
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                 "math": "MATH", "cudnn": "CUDNN_ATTENTION"}
+"""--sdpa-backends names → ``torch.nn.attention.SDPBackend`` members."""
+
+
+def _sdpa_backends(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SDPA_BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown SDPA backend(s) {unknown or [text]}; choose "
+                                         f"from {', '.join(SDPA_BACKENDS)}")
+    return names
+
+
+def sdpa_choice(names: list[str] | None) -> contextlib.AbstractContextManager:
+    """SDPA limited to ``names`` for the whole run (process-wide flags: the engine's own
+    thread too), or torch's own choice."""
+    if not names:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[n]) for n in names])
 
 
 def require_cuda(device: str) -> None:
@@ -326,7 +357,15 @@ def main(argv: list[str] | None = None) -> None:
 
     model_path = resolve_model(args.model)
     print(f"# agentrt on {torch.cuda.get_device_name(args.device)} vs peers; model "
-          f"{model_path}; torch {torch.__version__}, CUDA {torch.version.cuda}")
+          f"{model_path}; torch {torch.__version__}, CUDA {torch.version.cuda}; SDPA "
+          f"backends: {','.join(args.sdpa_backends or ['torch default'])}")
+    with sdpa_choice(args.sdpa_backends):
+        run(args, model_path)
+    print("command: " + shlex.join(sys.orig_argv))
+
+
+def run(args: argparse.Namespace, model_path: Path) -> None:
+    """Every side measured and printed (see the module docstring)."""
     ours = AgentrtSide(args.model, args)
     vocab = ours.engine.model_info.vocab_size
     print(f"agentrt: {ours.describe}", flush=True)
@@ -348,7 +387,6 @@ def main(argv: list[str] | None = None) -> None:
     print_results(mine, peers, args)
     if not args.skip_agent:
         run_agent_workload(model_path, args)
-    print("command: " + shlex.join(sys.orig_argv))
 
 
 if __name__ == "__main__":
