@@ -55,7 +55,8 @@ _UNSUPPORTED: dict[str, Any] = {
     "n": 1, "best_of": 1, "logprobs": None, "top_logprobs": None, "echo": False,
     "suffix": None, "logit_bias": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
 }
-"""Fields agentrt accepts only at their neutral value (None, False, 0 or this default)."""
+"""Fields agentrt accepts only at their neutral value: this default, or None / False / 0 where
+the default is "off" (``n=0`` is no neutral ``n``: OpenAI refuses it too)."""
 
 
 # --- requests ----------------------------------------------------------------------------------
@@ -120,7 +121,8 @@ class _SamplingRequest(BaseModel):
 
 def _check_supported(name: str, value: Any) -> Any:
     neutral = _UNSUPPORTED[name]
-    if value in (None, False, {}, neutral):  # NOTE: 0 == False, so 0 is neutral too
+    is_off = value is None or value == {} or (value == 0 and not neutral)  # 0 == False == 0.0
+    if is_off or value == neutral:
         return value
     hint = "leave it out" if neutral in (None, False) else f"leave it out or use {neutral!r}"
     raise ValueError(f"{name}={value!r} is not supported by agentrt; {hint}")
