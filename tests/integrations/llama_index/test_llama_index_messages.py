@@ -147,3 +147,11 @@ def test_react_grammar_compiles_for_agentrt_and_function_tools(engine, runtime):
     get_grammar_backend(engine).ebnf(grammar)  # NOTE: raises if xgrammar cannot compile it
     with pytest.raises(ValueError):
         react_grammar([])
+
+
+def test_several_thinking_blocks_go_to_the_template_as_separate_paragraphs():
+    message = ChatMessage(role="assistant", blocks=[
+        ThinkingBlock(content="First."), ThinkingBlock(content=None),
+        ThinkingBlock(content="Second."), TextBlock(text="Done.")])
+    [out] = to_openai_messages([message])
+    assert out["reasoning_content"] == "First.\n\nSecond." and out["content"] == "Done."

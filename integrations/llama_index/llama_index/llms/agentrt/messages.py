@@ -88,7 +88,7 @@ def _to_dict(message: ChatMessage) -> dict[str, Any]:
     if role == "assistant":
         thinking = [b.content for b in message.blocks
                     if isinstance(b, ThinkingBlock) and b.content]
-        reasoning = ("".join(thinking) if thinking
+        reasoning = ("\n\n".join(thinking) if thinking  # another integration's blocks
                      else message.additional_kwargs.get("reasoning_content"))
         out = {"role": role, "content": text, "tool_calls": _calls(message)}
         # NOTE: text only: another integration's odd field is left out
