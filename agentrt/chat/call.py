@@ -66,6 +66,9 @@ class ChatCall:
     can_call_tools: bool = True
     """False when the request has no tools or ``tool_choice="none"``: the output holds no
     calls, and text that looks like one (a Llama 3 JSON answer ``{"name": …}``) is the answer."""
+    must_call_tools: bool = False
+    """The grammar forces a call (``tool_choice`` required or one tool): output cut inside the
+    call's opening tag is a truncated call, not answer text."""
     call: Call | None = None
     """The backend call, once started: its counters (cached / prefilled tokens)."""
     tools: tuple[dict[str, Any], ...] = ()
@@ -147,7 +150,8 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
     call = ChatCall(backend, prompt_ids, params, timeout=timeout, tool_format=fmt,
                     reasoning=reasoning, can_call_tools=can_call_tools, markers=markers,
-                    tools=tuple(tools))
+                    tools=tuple(tools), must_call_tools=grammar is not None and can_call_tools
+                    and response_format is None and choice != "auto")
     if request_id is not None:
         call.request_id = request_id
     return call
@@ -206,7 +210,8 @@ class ChatProgress:
     def __init__(self, call: ChatCall) -> None:
         self.call = call
         self.parser = ToolCallStream(call.tool_format, reasoning=call.reasoning,
-                                     can_call=call.can_call_tools, tools=call.tools)
+                                     can_call=call.can_call_tools, tools=call.tools,
+                                     must_call=call.must_call_tools)
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self.num_output_tokens = 0

@@ -94,8 +94,11 @@ class ToolCallStream:
 
     def __init__(self, tool_format: ToolCallFormat = HERMES, *,
                  reasoning: Reasoning = "none", can_call: bool = True,
-                 tools: Sequence[dict[str, Any]] = ()) -> None:
+                 tools: Sequence[dict[str, Any]] = (), must_call: bool = False) -> None:
         self.format = tool_format
+        self._must_call = must_call and can_call
+        """The grammar forces a call: output cut inside its opening tag is a truncated call,
+        not answer text."""
         self._schemas = tool_schemas(tools)
         self.tool_calls: list[ToolCall] = []
         self.invalid_tool_calls: list[InvalidToolCall] = []
@@ -135,9 +138,10 @@ class ToolCallStream:
     def close(self) -> StreamPiece:
         """End of output: flush held-back text; a call still open is invalid (truncated)."""
         out = StreamPiece()
+        cut_in_open_tag = self._cut_in_forced_open_tag()
         if self._mode == "reasoning":
             out.reasoning_content = self._pending
-        elif not (self._after_call and self._pending.isspace()):
+        elif not cut_in_open_tag and not (self._after_call and self._pending.isspace()):
             out.content = self._pending
         self._pending = ""
         call = self._call
@@ -146,12 +150,22 @@ class ToolCallStream:
                 self._on_event(call, event, out)
         if self._call is not None:
             self._end_call(self._call)
-        elif self._mode in ("list_open", "list_next"):  # Mistral's list cut before a call
+        elif self._mode in ("list_open", "list_next") or cut_in_open_tag:
+            # Mistral's list cut before a call, or a forced call cut inside its opening tag
             self._mode, self._call = "text", _Call(self._num_calls)
             self._num_calls += 1
             self._call.error = "truncated tool call: the output ended before the tool call started"
             self._end_call(self._call)
         return out
+
+    def _cut_in_forced_open_tag(self) -> bool:
+        """The output ended in the first part of a call's opening tag, and a call was forced."""
+        if not (self._must_call and self._mode == "text" and self._num_calls == 0
+                and self._call is None):
+            return False
+        pending = self._pending.lstrip(_WHITESPACE)
+        opens = [m for m in self._markers if m != self._think[0]]
+        return bool(pending) and any(m.startswith(pending) for m in opens)
 
     # --- outside a call ----------------------------------------------------------------------
     def _skip_leading(self, text: str) -> str:

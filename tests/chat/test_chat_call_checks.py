@@ -136,3 +136,27 @@ def test_a_mistral_list_cut_before_its_call_is_a_truncated_call(text):
         assert content == "Sure "
         [invalid] = stream.invalid_tool_calls
         assert "truncated tool call" in invalid["error"] and invalid["name"] is None
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "lookup"])
+def test_a_forced_call_cut_inside_its_opening_tag_is_a_truncated_call(engine, tool_choice):
+    """max_tokens 1-3 ends a forced call inside ``<tool_call>``: no answer text ``<tool``,
+    one truncated call (as the whole and the streamed server answers show it: nothing)."""
+    for max_tokens in (1, 2, 3):
+        call = prepare_chat(engine, [{"role": "user", "content": "Look up Paris."}],
+                            tools=[TOOL], tool_choice=tool_choice, max_tokens=max_tokens)
+        assert call.must_call_tools
+        progress = ChatProgress(call)
+        for delta in run_deltas(call):
+            progress.feed(delta)
+        assert progress.content == "" and progress.tool_calls == [], max_tokens
+        [cut] = progress.invalid_tool_calls
+        assert "truncated" in cut["error"] and progress.finish_reason == "length"
+
+
+def test_under_auto_a_fragment_of_an_opening_tag_stays_text():
+    """Nothing forced a call: ``<tool`` at the end may be text, so it is shown."""
+    stream = ToolCallStream(HERMES)
+    pieces = [stream.feed("Use <tool"), stream.close()]
+    assert "".join(p.content for p in pieces) == "Use <tool"
+    assert stream.invalid_tool_calls == []
