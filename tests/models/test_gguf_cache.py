@@ -9,11 +9,14 @@ import shutil
 import types
 
 import gguf
+import pytest
 import torch
 from gguf_models import write_random_llama
 from safetensors.torch import load_file
 
 from agentrt.models.files import gguf_folder
+
+pytestmark = pytest.mark.usefixtures("private_cache")  # not the user's cache
 
 CFG = types.SimpleNamespace(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                             num_attention_heads=4, num_key_value_heads=2,
