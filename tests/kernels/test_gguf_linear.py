@@ -161,7 +161,10 @@ def test_bad_inputs_raise_clear_errors():
 # past the k-quants' batch-1 passes of 4 weight rows
 INT8_CASES = [(t, s) for t, s in CASES if t in INT8_FORMATS] + [
     (t, (17, 608)) for t in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)] + [
-    (t, (17, 512)) for t in (T.Q4_K, T.Q5_K, T.Q6_K)]
+    (t, (17, 512)) for t in (T.Q4_K, T.Q5_K, T.Q6_K)] + [
+    # 17 blocks a row: batched k-quant passes run chunks of 8 blocks (8 rows) or 16 (4 rows)
+    # over tiles of 4 weight rows, adding partial sums
+    (t, (9, 17 * 256)) for t in (T.Q4_K, T.Q5_K, T.Q6_K)]
 
 
 @pytest.mark.parametrize(("qtype", "shape"), INT8_CASES, ids=_name)
