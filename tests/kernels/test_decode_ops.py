@@ -100,3 +100,33 @@ def test_fused_float_engine_keeps_the_float_engines_greedy_outputs(engine, chat)
         assert fused.generate(prompts[0], params).token_ids == want[0]  # alone
     finally:
         fused.close()
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"),
+                         [(9, 3, 64), (8, 1, 128), (4, 2, 96), (6, 6, 40), (16, 2, 24)])
+def test_decode_attention_over_long_contexts_merges_its_chunks(heads, kv_heads, head_dim):
+    """Sequences past one chunk of keys (128) are attended chunk by chunk and merged; shorter
+    ones in the same batch in one piece. Against softmax(q K^T) V over the same slots."""
+    gen = torch.Generator().manual_seed(heads * head_dim)
+    lens = [1, 127, 128, 129, 300, 700]
+    max_len, num_slots = max(lens), 2048
+    k_slots = torch.randn(num_slots, kv_heads, head_dim, generator=gen)
+    v_slots = torch.randn(num_slots, kv_heads, head_dim, generator=gen)
+    k_slots[5, 0] *= 40  # one dominant key: the merge must weigh the chunks by their maxima
+    table = torch.zeros(len(lens), max_len, dtype=torch.int64)
+    for b, n in enumerate(lens):
+        table[b, :n] = torch.randperm(num_slots, generator=gen)[:n]
+    table[4, 200] = 5
+    rows = torch.tensor([3, 0, 5, 1, 4, 2])  # each sequence's query row, out of order
+    q = torch.randn(len(lens), heads, head_dim, generator=gen)
+    out = torch.full_like(q, float("nan"))
+    scale = head_dim ** -0.5
+    assert decode_ops.decode_attention(q, k_slots, v_slots, table.reshape(-1),
+                                       torch.tensor(lens), rows, max_len, scale, out)
+    group = heads // kv_heads
+    for b, n in enumerate(lens):
+        k = k_slots[table[b, :n]].repeat_interleave(group, dim=1)  # (n, heads, D)
+        v = v_slots[table[b, :n]].repeat_interleave(group, dim=1)
+        weights = torch.softmax(torch.einsum("hd,nhd->hn", q[rows[b]], k) * scale, dim=-1)
+        want = torch.einsum("hn,nhd->hd", weights, v)
+        torch.testing.assert_close(out[rows[b]], want, atol=2e-5, rtol=2e-5)
