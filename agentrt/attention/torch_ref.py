@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -23,7 +24,7 @@ __all__ = ["TorchRefBackend", "ref_paged_attention"]
 class _DecodeGroup:
     rows: torch.Tensor  # (B,) query rows
     lens: torch.Tensor  # (B,) KV lengths
-    slots: torch.Tensor  # (B * max_len,) KV slots, padded with slot 0
+    slots: torch.Tensor  # (B * max_len,) KV slots; past a row's length, any valid slot
     mask: torch.Tensor | None  # (B, 1, 1, max_len) bool, None when all lengths are equal
     max_len: int
 
@@ -45,14 +46,11 @@ class TorchRefBackend(AttentionBackend):
         self._slot_mapping = meta.slot_mapping
         qo = meta.qo_indptr.tolist()
         lens = meta.kv_lens().tolist()
-        seq_slots = _sequence_slots(meta, lens)
         decode = [i for i in range(meta.num_seqs) if qo[i + 1] - qo[i] == 1]
-        self._decode = _decode_group(decode, qo, lens, seq_slots) if decode else None
-        self._prefill = [
-            _prefill_seq(qo[i], qo[i + 1], lens[i], seq_slots[i])
-            for i in range(meta.num_seqs)
-            if qo[i + 1] - qo[i] > 1
-        ]
+        prefill = [i for i in range(meta.num_seqs) if qo[i + 1] - qo[i] > 1]
+        self._decode = _decode_group(meta, decode, qo, lens) if decode else None
+        seq_slots = _sequence_slots(meta, lens, prefill) if prefill else {}
+        self._prefill = [_prefill_seq(qo[i], qo[i + 1], lens[i], seq_slots[i]) for i in prefill]
         if self.kv.k.device.type != "cpu":
             self._move_plan(self.kv.k.device)
 
@@ -118,29 +116,42 @@ def _moved(plan, device: torch.device):
                             if isinstance(getattr(plan, f.name), torch.Tensor)})
 
 
-def _sequence_slots(meta: AttentionMetadata, lens: list[int]) -> list[torch.Tensor]:
+def _sequence_slots(meta: AttentionMetadata, lens: list[int],
+                    which: list[int] | None = None) -> dict[int, torch.Tensor]:
+    """The KV slots of sequence i (``lens[i]`` of them) for each i of ``which`` (all: None)."""
     ps = meta.page_size
     offsets = torch.arange(ps, dtype=torch.int64)
     kv_ind = meta.kv_indptr.tolist()
-    slots = []
-    for i, n in enumerate(lens):
+    slots = {}
+    for i in range(len(lens)) if which is None else which:
         pages = meta.kv_indices[kv_ind[i] : kv_ind[i + 1]].to(torch.int64)
-        slots.append((pages[:, None] * ps + offsets[None, :]).flatten()[:n])
+        slots[i] = (pages[:, None] * ps + offsets[None, :]).flatten()[: lens[i]]
     return slots
 
 
-def _decode_group(idx: list[int], qo, lens, seq_slots) -> _DecodeGroup:
+def _decode_group(meta: AttentionMetadata, idx: list[int], qo: list[int], lens: list[int]
+                  ) -> _DecodeGroup:
+    """The decode rows ``idx`` as one padded batch, in a fixed number of numpy operations
+    whatever the batch (NOTE: torch's per-op overhead, ~5 us, is most of a small batch's
+    plan, and a per-row loop cost ~15 us a row)."""
+    ps = meta.page_size
+    indptr = meta.kv_indptr.numpy().astype(np.int64)
+    indices = meta.kv_indices.numpy().astype(np.int64)
+    which = np.asarray(idx, dtype=np.int64)
+    starts = indptr[which]
+    # each row's pages, padded with pages that are valid slots of the cache (any: masked)
+    at = starts[:, None] + np.arange((indptr[which + 1] - starts).max(), dtype=np.int64)
+    pages = indices[np.minimum(at, indices.size - 1)]
     max_len = max(lens[i] for i in idx)
-    slots = torch.zeros(len(idx), max_len, dtype=torch.int64)
-    for row, i in enumerate(idx):
-        slots[row, : lens[i]] = seq_slots[i]
+    slots = (pages[:, :, None] * ps + np.arange(ps, dtype=np.int64)).reshape(len(idx), -1)
+    lengths = np.asarray([lens[i] for i in idx], dtype=np.int64)
     mask = None
-    if any(lens[i] != max_len for i in idx):
-        valid = torch.tensor([lens[i] for i in idx])[:, None] > torch.arange(max_len)[None, :]
-        mask = valid[:, None, None, :]
-    rows = torch.tensor([qo[i] for i in idx], dtype=torch.int64)
-    lengths = torch.tensor([lens[i] for i in idx], dtype=torch.int64)
-    return _DecodeGroup(rows, lengths, slots.flatten(), mask, max_len)
+    if (lengths != max_len).any():
+        mask = torch.from_numpy(lengths[:, None] > np.arange(max_len))[:, None, None, :]
+    return _DecodeGroup(torch.tensor([qo[i] for i in idx], dtype=torch.int64),
+                        torch.from_numpy(lengths),
+                        torch.from_numpy(np.ascontiguousarray(slots[:, :max_len]).reshape(-1)),
+                        mask, max_len)
 
 
 def _prefill_seq(start: int, end: int, kv_len: int, slots: torch.Tensor) -> _PrefillSeq:
