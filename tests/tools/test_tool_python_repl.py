@@ -172,3 +172,12 @@ def test_sandbox_report_says_what_is_enforced(runtime):
     assert report.audit_hook
     assert {"RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_CORE"} <= set(report.rlimits)
     assert report.landlock_abi == landlock.abi_version()
+
+
+def test_lone_surrogates_in_the_output_become_replacement_characters(runtime):
+    # a lone surrogate is not text: the caller's tokenizer and every UTF-8 encoder refuse it
+    obs = run(runtime, "print('a\\ud800b')\nprint('\\udcff', end='')")
+    assert obs.text == "a\ufffdb\n\ufffd" and not obs.is_error
+    obs = run(runtime, "raise ValueError('\\udc80')")
+    assert obs.is_error and obs.text.endswith("ValueError: \ufffd\n")
+    obs.text.encode("utf-8")  # strict

@@ -33,6 +33,7 @@ __all__ = ["PythonReplTool"]
 
 _RUNTIME_FILES = frozenset({sandbox_module.__file__, worker_module.__file__})
 _FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n|\n?```\s*$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,9 @@ class _ReplCall(Invocation):
         if len(text) > limit:
             cut = len(text) - limit
             text = f"{text[: limit // 2]}\n... [{cut} characters cut] ...\n{text[-limit // 2 :]}"
-        return text
+        # NOTE: a lone surrogate (print('\ud800'), a file name read with surrogateescape) is not
+        # text: the caller's tokenizer and UTF-8 encoders refuse it, so it becomes U+FFFD here
+        return _SURROGATE.sub("\ufffd", text)
 
 
 def _strip_fence(code: str) -> str:
