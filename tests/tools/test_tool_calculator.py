@@ -32,6 +32,11 @@ def test_evaluate(expression, value):
         "[1, 2]",
         "x + 1",
         "9 ** 9 ** 9",
+        "*".join(["9 ** 9000"] * 3),  # each power is allowed, their product is not
+        "factorial(10 ** 5)",
+        "(-8) ** (1 / 3)",  # complex
+        "-" * 100_000 + "1",  # deeper than the parser goes
+        "+".join(["1"] * 5_000),  # deeper than the evaluator recurses
         "open('f')",
         "lambda: 1",
     ],
@@ -64,3 +69,14 @@ def test_an_invalid_expression_aborts_the_call_on_a_prefix():
         obs = call.finish()
         assert obs.is_error and "unknown name '__import__'" in obs.text
         assert rt.run("calculator", {"expression": "12 * 4"}).text == "48"
+
+
+def test_huge_results_are_refused_fast_and_big_ones_are_printed():
+    with ToolRuntime(["calculator"]) as rt:
+        for expression in ("factorial(10 ** 7)", "round(5, -10 ** 18)", "(9 ** 9000) ** 2"):
+            obs = rt.run("calculator", {"expression": expression})
+            assert obs.is_error and "wall-time" not in obs.text, expression
+            assert "more than 10000 digits" in obs.text or "at most 10000 digits" in obs.text
+        # past the interpreter's 4,300-digit str() limit, within the calculator's 10,000 digits
+        assert rt.run("calculator", {"expression": "10 ** 5000"}).text == "1.000000000000000e+5000"
+        assert rt.run("calculator", {"expression": "factorial(20)"}).text == "2432902008176640000"

@@ -6,12 +6,16 @@ constants ``pi``, ``e``, ``tau`` and functions from :mod:`math` (``sqrt``, ``log
 plus ``abs``, ``round``, ``min``, ``max``. Streamed parts of the ``expression`` argument are
 checked at once by a small token-level state machine (allowed characters, known names, operand /
 operator order, balanced parentheses), so ``__import__('os')`` or ``2 +* 3`` rejects the call
-before the model finishes writing it. Huge powers are refused instead of hanging the worker.
+before the model finishes writing it. A result of more than 10,000 digits is refused before it is
+computed (powers, ``factorial``) or as soon as it exists (products), and so is a ``round`` to more
+than 10,000 places, instead of hanging the worker; a complex result is an error. Integers longer
+than Python prints (4,300 digits) are shown in scientific notation.
 """
 
 from __future__ import annotations
 
 import ast
+import decimal
 import math
 import operator
 import re
@@ -32,6 +36,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
                  "degrees", "radians", "gcd")
 }
 _FUNCTIONS.update({"abs": abs, "round": round, "min": min, "max": max})
+_NESTING_ERRORS = (RecursionError, MemoryError)  # what the parser and _eval raise past their depth
 _NAMES = sorted({*_CONSTANTS, *_FUNCTIONS})
 _BINARY = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -43,7 +48,7 @@ _TOKEN = re.compile(
     r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d*)?)|(?P<name>[A-Za-z_]\w*)"
     r"|(?P<op>\*\*|//|[-+*/%^(),]))"
 )
-_MAX_POWER_DIGITS = 10_000
+_MAX_DIGITS = 10_000
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,12 @@ def evaluate(expression: str) -> int | float:
         tree = ast.parse(expression.replace("^", "**").strip(), mode="eval")
     except SyntaxError as exc:
         raise ValueError(f"invalid expression: {exc.msg}") from None
-    return _eval(tree.body)
+    except _NESTING_ERRORS:
+        raise ValueError("invalid expression: too long or nested too deeply") from None
+    try:
+        return _eval(tree.body)
+    except _NESTING_ERRORS:
+        raise ValueError("invalid expression: too long or nested too deeply") from None
 
 
 def _eval(node: ast.AST) -> Any:
@@ -150,21 +160,43 @@ def _eval(node: ast.AST) -> Any:
         left, right = _eval(node.left), _eval(node.right)
         if isinstance(node.op, ast.Pow):
             _check_power(left, right)
-        return _BINARY[type(node.op)](left, right)
+        return _check_result(_BINARY[type(node.op)](left, right))
     if (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
         and node.func.id in _FUNCTIONS and not node.keywords
     ):
-        return _FUNCTIONS[node.func.id](*[_eval(arg) for arg in node.args])
+        args = [_eval(arg) for arg in node.args]
+        _check_call(node.func.id, args)
+        return _check_result(_FUNCTIONS[node.func.id](*args))
     raise ValueError(f"not allowed in an expression: {ast.unparse(node)!r}")
 
 
 def _check_power(base: Any, exponent: Any) -> None:
-    if abs(base) > 1 and abs(exponent) * math.log10(abs(base)) > _MAX_POWER_DIGITS:
-        raise ValueError(f"result too large: more than {_MAX_POWER_DIGITS} digits")
+    if abs(base) > 1 and abs(exponent) * math.log10(abs(base)) > _MAX_DIGITS:
+        raise ValueError(f"result too large: more than {_MAX_DIGITS} digits")
+
+
+def _check_call(name: str, args: list[Any]) -> None:
+    """Refuse the calls whose cost grows with their arguments' values, before they run."""
+    if name == "factorial" and args and type(args[0]) is int and args[0] > 1:
+        if math.lgamma(min(args[0], 10**9) + 1) / math.log(10) > _MAX_DIGITS:
+            raise ValueError(f"result too large: more than {_MAX_DIGITS} digits")
+    if name == "round" and len(args) == 2 and type(args[1]) is int and abs(args[1]) > _MAX_DIGITS:
+        raise ValueError(f"round: at most {_MAX_DIGITS} digits, got {args[1]}")
+
+
+def _check_result(value: Any) -> Any:
+    if isinstance(value, complex):
+        raise ValueError("the result is not a real number")
+    if type(value) is int and value.bit_length() * math.log10(2) > _MAX_DIGITS + 1:
+        raise ValueError(f"result too large: more than {_MAX_DIGITS} digits")
+    return value
 
 
 def _format(value: Any) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))
-    return repr(value)
+    try:
+        return repr(value)
+    except ValueError:  # an int longer than the interpreter prints (sys.get_int_max_str_digits)
+        return format(decimal.Decimal(value), ".15e")
