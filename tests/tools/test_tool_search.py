@@ -59,3 +59,10 @@ def test_search_starts_when_the_query_closes(cache):
     query_timing = obs.timings[0]
     assert query_timing.ended <= obs.finish_started
     assert obs.text.count("\n\n") == 1 and "gzip" in obs.text.lower()
+
+
+def test_a_huge_query_without_results_is_not_echoed_whole(cache, notes):
+    with ToolRuntime([SearchTool(corpus=str(notes))]) as rt:
+        obs = rt.run("search", {"query": "zeppelin " * 100_000})
+    assert not obs.is_error and obs.text.startswith("no results for 'zeppelin zeppelin")
+    assert len(obs.text) < 300 and obs.text.endswith("…'")

@@ -21,6 +21,8 @@ __all__ = ["SearchTool"]
 
 _WORD = re.compile(r"\w+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+#: longest part of the query repeated in a "no results" observation
+_MAX_QUERY_SHOWN = 200
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,10 @@ class _SearchCall(ArgumentInvocation):
         k = max(1, min(int(arguments.get("k", tool.top_k)), tool.max_k))
         hits = self.hits[:k]
         if not hits:
-            return f"no results for {arguments['query']!r}"
+            query = arguments["query"]
+            if len(query) > _MAX_QUERY_SHOWN:  # a megabyte query must not come back whole
+                query = query[:_MAX_QUERY_SHOWN] + "…"
+            return f"no results for {query!r}"
         lines = []
         for n, (doc, score) in enumerate(hits, 1):
             snippet = _snippet(doc.text, arguments["query"], tool.snippet_chars)
