@@ -290,29 +290,34 @@ extern "C" int agentrt_decode_attention(const float* q, int64_t q_stride, const 
     if (chunks > 1 && parts.size() < (size_t)(B * kv_heads * chunks * share))
         parts.resize(B * kv_heads * chunks * share);
     float* part = parts.data();
+    // A task takes every kv head of its keys, whose K (V) rows lie side by side in a slot, so
+    // it reads whole slots (batch 8 at 80 keys: 1.17-1.30x faster than a task per kv head);
+    // where that leaves fewer than two tasks a thread, a task per kv head.
+    const int64_t per_task = B * chunks >= 2 * num_threads ? kv_heads : 1;
     #pragma omp parallel num_threads(num_threads)
     {
         float scores[8 * CHUNK_KEYS];
         #pragma omp for schedule(dynamic, 1) collapse(3)
         for (int64_t b = 0; b < B; ++b)
-            for (int64_t kvh = 0; kvh < kv_heads; ++kvh)
-                for (int64_t c = 0; c < chunks; ++c) {
-                    const int64_t l0 = c * CHUNK_KEYS, n = lens[b] - l0;
-                    if (n <= 0) continue;
-                    const float* qh = q + rows[b] * q_stride + kvh * group * D;
-                    const int64_t* sl = slots + b * max_len + l0;
-                    if (lens[b] <= CHUNK_KEYS) {  // one chunk: the result itself
-                        attend_kv_head(qh, k_slots + kvh * D, v_slots + kvh * D, sl, n, group,
-                                       slot_size, D, scale,
-                                       out + rows[b] * heads * D + kvh * group * D, nullptr,
-                                       scores);
-                        continue;
+            for (int64_t c = 0; c < chunks; ++c)
+                for (int64_t s = 0; s < kv_heads / per_task; ++s)
+                    for (int64_t kvh = s * per_task; kvh < (s + 1) * per_task; ++kvh) {
+                        const int64_t l0 = c * CHUNK_KEYS, n = lens[b] - l0;
+                        if (n <= 0) continue;
+                        const float* qh = q + rows[b] * q_stride + kvh * group * D;
+                        const int64_t* sl = slots + b * max_len + l0;
+                        if (lens[b] <= CHUNK_KEYS) {  // one chunk: the result itself
+                            attend_kv_head(qh, k_slots + kvh * D, v_slots + kvh * D, sl, n,
+                                           group, slot_size, D, scale,
+                                           out + rows[b] * heads * D + kvh * group * D,
+                                           nullptr, scores);
+                            continue;
+                        }
+                        float* mine = part + ((b * kv_heads + kvh) * chunks + c) * share;
+                        attend_kv_head(qh, k_slots + kvh * D, v_slots + kvh * D, sl,
+                                       n < CHUNK_KEYS ? n : CHUNK_KEYS, group, slot_size, D,
+                                       scale, mine, mine + group * D, scores);
                     }
-                    float* mine = part + ((b * kv_heads + kvh) * chunks + c) * share;
-                    attend_kv_head(qh, k_slots + kvh * D, v_slots + kvh * D, sl,
-                                   n < CHUNK_KEYS ? n : CHUNK_KEYS, group, slot_size, D, scale,
-                                   mine, mine + group * D, scores);
-                }
         #pragma omp for schedule(static) collapse(2)
         for (int64_t b = 0; b < B; ++b)
             for (int64_t kvh = 0; kvh < kv_heads; ++kvh)
