@@ -102,13 +102,15 @@ def test_fused_float_engine_keeps_the_float_engines_greedy_outputs(engine, chat)
         fused.close()
 
 
+@pytest.mark.parametrize("lens", [[1, 127, 128, 129, 300, 700], [200], [100]],
+                         ids=["batch", "one-two-chunks", "one-chunk"])
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"),
                          [(9, 3, 64), (8, 1, 128), (4, 2, 96), (6, 6, 40), (16, 2, 24)])
-def test_decode_attention_over_long_contexts_merges_its_chunks(heads, kv_heads, head_dim):
+def test_decode_attention_over_long_contexts_merges_its_chunks(heads, kv_heads, head_dim, lens):
     """Sequences past one chunk of keys (128) are attended chunk by chunk and merged; shorter
-    ones in the same batch in one piece. Against softmax(q K^T) V over the same slots."""
+    ones in the same batch in one piece; a task takes all kv heads or (a short batch) one.
+    Against softmax(q K^T) V over the same slots."""
     gen = torch.Generator().manual_seed(heads * head_dim)
-    lens = [1, 127, 128, 129, 300, 700]
     max_len, num_slots = max(lens), 2048
     k_slots = torch.randn(num_slots, kv_heads, head_dim, generator=gen)
     v_slots = torch.randn(num_slots, kv_heads, head_dim, generator=gen)
@@ -116,8 +118,8 @@ def test_decode_attention_over_long_contexts_merges_its_chunks(heads, kv_heads, 
     table = torch.zeros(len(lens), max_len, dtype=torch.int64)
     for b, n in enumerate(lens):
         table[b, :n] = torch.randperm(num_slots, generator=gen)[:n]
-    table[4, 200] = 5
-    rows = torch.tensor([3, 0, 5, 1, 4, 2])  # each sequence's query row, out of order
+    table[len(lens) // 2, min(lens) // 2] = 5
+    rows = torch.randperm(len(lens), generator=gen)  # each sequence's query row, out of order
     q = torch.randn(len(lens), heads, head_dim, generator=gen)
     out = torch.full_like(q, float("nan"))
     scale = head_dim ** -0.5
