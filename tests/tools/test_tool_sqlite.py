@@ -128,3 +128,25 @@ def test_a_missing_database_file_is_a_clear_error(tmp_path):
     with ToolRuntime([SqliteTool(path=str(tmp_path / "nope.db"))]) as rt:
         obs = rt.run("sqlite", {"query": "SELECT 1"})
     assert obs.is_error and "no database file at" in obs.text
+
+
+def test_vacuum_into_and_extensions_are_denied_with_the_reason(runtime, tmp_path):
+    copy = tmp_path / "copy.db"
+    for sql in (f"VACUUM INTO '{copy}'", "SELECT load_extension('libm.so.6')"):
+        obs = query(runtime, sql)
+        assert obs.is_error and "VACUUM INTO and extensions are disabled" in obs.text, sql
+    assert not copy.exists()
+
+
+def test_a_huge_value_is_a_clear_error_and_earlier_results_stay(runtime):
+    obs = query(runtime, "SELECT 1 AS one; SELECT zeroblob(300 * 1024 * 1024);")
+    assert obs.is_error
+    assert obs.text == (
+        "one\n1\n(1 row)\n\nsqlite error: string or blob too big (values are limited to 64 MB)"
+    )
+
+
+def test_a_lone_surrogate_in_the_query_is_a_clear_error(runtime):
+    obs = query(runtime, "SELECT '\ud800' AS s;")
+    assert obs.is_error
+    assert obs.text == "sqlite error: the query is not valid text (it has a lone surrogate)"

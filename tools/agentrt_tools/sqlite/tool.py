@@ -7,14 +7,18 @@ as statements of a ```` ```sql ```` fence; every statement runs the moment
 is two statements and the second meets the read-only file). While a statement is still being
 written its table and column names are checked against the schema
 (:func:`~agentrt_tools.sqlite.names.check_prefix`) and a missing one rejects the call at once. An
-authorizer denies ``ATTACH``/``DETACH`` (other database files); a progress handler interrupts a
-statement that runs longer than ``max_query_s``; results are capped at ``max_rows`` rows and
-``max_result_chars`` characters.
+authorizer denies ``ATTACH``/``DETACH`` (other database files, and so ``VACUUM INTO``); a
+progress handler interrupts a statement that runs longer than ``max_query_s`` (between virtual
+machine steps: one slow function call, e.g. ``printf('%.*c', 2000000000, 'x')``, runs on to the
+sandbox's CPU and wall limits); no string or blob may be longer than ``max_value_mb``
+(``SQLITE_LIMIT_LENGTH``: ``zeroblob(10**9)`` is an error, not a gigabyte); results are capped at
+``max_rows`` rows and ``max_result_chars`` characters.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 import urllib.parse
@@ -30,6 +34,7 @@ from agentrt_tools.sqlite.names import check_prefix, read_schema
 __all__ = ["SqliteTool"]
 
 _DENIED_ACTIONS = frozenset({sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH})
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,8 @@ class SqliteTool(Tool):
     max_rows: int = 50
     max_result_chars: int = 8_000
     max_query_s: float = 5.0
+    #: longest string or blob a statement may make or read (``SQLITE_LIMIT_LENGTH``)
+    max_value_mb: int = 64
     check_names: bool = True
     limits: SandboxConfig = field(default_factory=SandboxConfig)
 
@@ -82,6 +89,7 @@ class _SqliteSession(ToolSession):
         uri = f"file:{urllib.parse.quote(tool.path)}?mode={mode}"
         self.conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA temp_store = MEMORY")
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, tool.max_value_mb * 2**20)
         self.schema = read_schema(self.conn)
         self.conn.set_authorizer(self._authorize)
         self.deadline = float("inf")
@@ -104,7 +112,8 @@ class _SqliteSession(ToolSession):
         if cursor.description is None:
             self.schema = read_schema(self.conn) if self.tool.allow_writes else self.schema
             return f"OK ({max(cursor.rowcount, 0)} rows changed)"
-        return _table([d[0] for d in cursor.description], rows, self.tool.max_rows)
+        columns = [d[0] for d in cursor.description]
+        return _table(columns, rows, self.tool.max_rows, self.tool.max_result_chars)
 
     def _authorize(self, action: int, *args: Any) -> int:
         return sqlite3.SQLITE_DENY if action in _DENIED_ACTIONS else sqlite3.SQLITE_OK
@@ -123,6 +132,7 @@ class _SqliteCall(Invocation):
         self.results: list[str] = []
 
     def on_statement(self, text: str) -> None:
+        self._check_text(text)
         self._run(text)
 
     def on_delta(self, key: str, text: str) -> None:
@@ -145,9 +155,15 @@ class _SqliteCall(Invocation):
         return self._text()
 
     def _push(self, text: str) -> None:
+        self._check_text(text)
         for statement in self.splitter.push(text):
             self._run(statement)
         self._check(self.splitter.pending, final=False)
+
+    def _check_text(self, text: str) -> None:
+        if _SURROGATE.search(text):  # "\ud800" in the JSON arguments: SQLite takes only UTF-8
+            error = "sqlite error: the query is not valid text (it has a lone surrogate)"
+            raise ToolCallError(self._text(error))
 
     def _check(self, text: str, final: bool) -> None:
         if not self.session.tool.check_names or not text.strip():
@@ -176,16 +192,27 @@ def _describe(exc: sqlite3.Error, tool: SqliteTool) -> str:
         return f"sqlite error: {message} (the database is opened read-only)"
     if message == "interrupted":
         return f"sqlite error: the statement ran longer than {tool.max_query_s} s and was stopped"
-    if "not authorized" in message:
-        return f"sqlite error: {message} (ATTACH and DETACH are disabled)"
+    if "not authorized" in message or "authorization denied" in message:
+        return f"sqlite error: {message} (ATTACH, DETACH, VACUUM INTO and extensions are disabled)"
+    if "too big" in message:
+        return f"sqlite error: {message} (values are limited to {tool.max_value_mb} MB)"
     return f"sqlite error: {message}"
 
 
-def _table(columns: list[str], rows: list[tuple], max_rows: int) -> str:
+def _table(columns: list[str], rows: list[tuple], max_rows: int, max_chars: int) -> str:
     lines = [" | ".join(columns)]
-    lines += [" | ".join("NULL" if v is None else str(v) for v in row) for row in rows[:max_rows]]
+    lines += [" | ".join(_cell(v, max_chars) for v in row) for row in rows[:max_rows]]
     if len(rows) > max_rows:
         lines.append(f"... (only the first {max_rows} rows are shown)")
     else:
         lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(lines)
+
+
+def _cell(value: Any, max_chars: int) -> str:
+    """A value as text, cut before ``str`` (a 64 MB blob would be 256 MB of repr)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str | bytes) and len(value) > max_chars:
+        value = value[:max_chars]  # the result is cut after max_chars anyway
+    return str(value)
