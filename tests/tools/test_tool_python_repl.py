@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -181,3 +182,24 @@ def test_lone_surrogates_in_the_output_become_replacement_characters(runtime):
     obs = run(runtime, "raise ValueError('\\udc80')")
     assert obs.is_error and obs.text.endswith("ValueError: \ufffd\n")
     obs.text.encode("utf-8")  # strict
+
+
+def test_a_thread_left_running_is_stopped_when_it_uses_up_the_cpu_limit(runtime):
+    code = (
+        "import threading\n"
+        "def spin():\n"
+        "    while True:\n"
+        "        pass\n"
+        "threading.Thread(target=spin, daemon=True).start()\n"
+        "print('started')\n"
+    )
+    assert run(runtime, code, session="spin").text == "started\n"
+    # no call is running now, so nothing else would stop the thread (white box: the worker)
+    worker = runtime._slots[("spin", "python_repl")].worker
+    deadline = time.monotonic() + 60
+    while worker.is_alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not worker.is_alive
+    obs = run(runtime, "print('after')", session="spin")
+    assert obs.is_error and "left running used up the CPU limit of 1 s" in obs.text
+    assert run(runtime, "print('fresh')", session="spin").text == "fresh\n"

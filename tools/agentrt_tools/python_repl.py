@@ -8,6 +8,12 @@ stdout and stderr are captured; the first exception stops the script like it wou
 rejects the rest of the call (the model need not finish writing code that will not run), and its
 traceback ends the observation. Running the pieces as they stream and running the whole script at
 once give the same observation. Limits and confinement: :class:`agentrt.agent.SandboxConfig`.
+
+A thread that model code leaves running keeps going between statements and between calls, where
+the CPU-time limit (a signal raised in a running statement) stops nothing: a watchdog thread ends
+the interpreter when CPU time is spent outside statements past the call's budget (``max_cpu_s``),
+with a message the caller reports; the session's next call starts afresh. Like every limit kept
+inside the worker, code that sets out to can switch it off; the caller's wall-time limit cannot be.
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ import builtins
 import contextlib
 import io
 import linecache
+import os
 import re
+import resource
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +44,9 @@ __all__ = ["PythonReplTool"]
 _RUNTIME_FILES = frozenset({sandbox_module.__file__, worker_module.__file__})
 _FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n|\n?```\s*$")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: how often the watchdog looks for CPU time spent outside statements, and how much is too much
+_WATCH_INTERVAL_S = 0.5
+_MAX_IDLE_CPU_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -68,8 +81,19 @@ class _ReplSession(ToolSession):
         self.tool: PythonReplTool = tool
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.num_statements = 0
+        self.is_running = False  # a statement is executing
+        self.is_watched = False
+        self.cpu_budget = float("inf")  # the process's CPU seconds at which this call's run out
 
     def start(self) -> Invocation:
+        # NOTE: the worker has just moved the RLIMIT_CPU soft limit (the kernel moves it on too,
+        # one second per SIGXCPU): read the call's budget now
+        soft = resource.getrlimit(resource.RLIMIT_CPU)[0]
+        self.cpu_budget = float("inf") if soft == resource.RLIM_INFINITY else soft
+        # NOTE: started in a call, not in open_session: the sandbox needs one thread when applied
+        if not self.is_watched and self.tool.isolation == "process" and self.tool.sandbox.max_cpu_s:
+            threading.Thread(target=self._watch, name="python_repl-watchdog", daemon=True).start()
+            self.is_watched = True
         return _ReplCall(self)
 
     def run(self, source: str, out: io.StringIO) -> BaseException | None:
@@ -80,13 +104,32 @@ class _ReplSession(ToolSession):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             try:
                 code = compile(source, filename, "single", dont_inherit=True)
+                self.is_running = True
                 exec(code, self.namespace)
             except BaseException as exc:  # noqa: BLE001 - user code: report everything
                 _print_exception(exc, out)
                 return exc
             finally:
+                self.is_running = False
                 sys.stdout.flush()
         return None
+
+    def _watch(self) -> None:
+        """End the worker when threads left running spend CPU time past the call's budget
+        while no statement runs; the caller reports the message from the worker's log."""
+        before = _cpu_time()
+        while True:
+            idle, num_statements = not self.is_running, self.num_statements
+            time.sleep(_WATCH_INTERVAL_S)
+            now = _cpu_time()
+            spent, before = now - before, now
+            idle = idle and not self.is_running and num_statements == self.num_statements
+            if idle and spent > _MAX_IDLE_CPU_S and now >= self.cpu_budget:
+                os.write(2, (
+                    f"{self.tool.name}: threads that the code left running used up the CPU "
+                    f"limit of {self.tool.sandbox.max_cpu_s} s; the interpreter was stopped\n"
+                ).encode())
+                os._exit(1)
 
 
 class _ReplCall(Invocation):
@@ -134,6 +177,11 @@ class _ReplCall(Invocation):
         # NOTE: a lone surrogate (print('\ud800'), a file name read with surrogateescape) is not
         # text: the caller's tokenizer and UTF-8 encoders refuse it, so it becomes U+FFFD here
         return _SURROGATE.sub("\ufffd", text)
+
+
+def _cpu_time() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _strip_fence(code: str) -> str:
