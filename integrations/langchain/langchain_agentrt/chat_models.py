@@ -90,6 +90,12 @@ class ChatAgentRT(BaseChatModel):
                 "max_tokens": self.max_tokens, "top_p": self.top_p, "top_k": self.top_k,
                 "seed": self.seed, "constrained": self.constrained}
 
+    def _get_invocation_params(self, stop: list[str] | None = None,
+                               **kwargs: Any) -> dict[str, Any]:
+        # NOTE: the call's stop strings as it runs them (LangChain's cache keys on these)
+        return super()._get_invocation_params(stop=self.stop if stop is None else stop,
+                                              **kwargs)
+
     @property
     def resolved_model_name(self) -> str:
         """The model's name as reported in ``response_metadata["model_name"]``."""
@@ -111,6 +117,29 @@ class ChatAgentRT(BaseChatModel):
         if stop or self.stop:
             params["ls_stop"] = stop or self.stop
         return params
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ChatAgentRT:
+        """A deep copy that shares the engine or backend (a running resource, not a value)."""
+        memo = {} if memo is None else memo
+        for resource in (self.engine, self.backend):
+            memo.setdefault(id(resource), resource)
+        return super().__deepcopy__(memo)
+
+    # --- token counting ------------------------------------------------------------------------
+    def get_token_ids(self, text: str) -> list[int]:
+        """The ids of ``text`` in the model's own tokenizer (no special tokens added)."""
+        if self.custom_get_token_ids is not None:
+            return self.custom_get_token_ids(text)
+        return self.get_backend().tokenizer.encode(text, add_special_tokens=False)
+
+    def get_num_tokens_from_messages(self, messages: list[BaseMessage],
+                                     tools: Sequence[Any] | None = None) -> int:
+        """The prompt length of ``messages`` (with ``tools`` bound) as the model sees it: the
+        chat template rendered and tokenized, equal to ``usage_metadata["input_tokens"]``."""
+        if not messages:
+            return 0
+        call = self._prepare(list(messages), None, {"tools": list(tools or ())})
+        return len(call.prompt_ids)
 
     # --- tools and structured output -----------------------------------------------------------
     def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable | BaseTool], *,
@@ -202,7 +231,25 @@ class ChatAgentRT(BaseChatModel):
                     await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                 yield chunk
 
+    def _combine_llm_outputs(self, llm_outputs: list[dict[str, Any] | None], /
+                             ) -> dict[str, Any]:
+        """One ``llm_output`` for a batch (``generate``): token usage summed."""
+        usage: dict[str, int] = {}
+        for output in llm_outputs:
+            for key, count in ((output or {}).get("token_usage") or {}).items():
+                usage[key] = usage.get(key, 0) + count
+        return {"token_usage": usage, "model_name": self.resolved_model_name}
+
 
 def _result(message: AIMessage) -> ChatResult:
+    """One message as LangChain's result; ``llm_output`` (what ``on_llm_end`` handlers read)
+    carries the token usage and model name in ``ChatOpenAI``'s form."""
     info = {"finish_reason": message.response_metadata.get("finish_reason")}
-    return ChatResult(generations=[ChatGeneration(message=message, generation_info=info)])
+    usage: Any = message.usage_metadata or {}
+    token_usage = {"prompt_tokens": usage.get("input_tokens", 0),
+                   "completion_tokens": usage.get("output_tokens", 0),
+                   "total_tokens": usage.get("total_tokens", 0)}
+    llm_output = {"token_usage": token_usage,
+                  "model_name": message.response_metadata.get("model_name")}
+    return ChatResult(generations=[ChatGeneration(message=message, generation_info=info)],
+                      llm_output=llm_output)

@@ -27,7 +27,8 @@ __all__ = ["Progress", "arun_deltas", "prepare_call", "run_deltas"]
 
 _SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed")
 _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
-_IGNORED = ("stream", "strict")  # strict: constrained decoding is always strict
+# strict: constrained decoding is always strict; stream_usage: the last chunk always has usage
+_IGNORED = ("stream", "strict", "stream_usage")
 _KNOWN = frozenset(_SAMPLING + _BINDINGS + _IGNORED + ("timeout", "model"))
 
 
@@ -37,6 +38,8 @@ def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessag
     _check_kwargs(model, kwargs)
     options = {k: kwargs.get(k, getattr(model, k)) for k in _SAMPLING}
     stops = stop if stop is not None else model.stop
+    if isinstance(stops, str):  # NOTE: one stop string, as OpenAI's API takes it
+        stops = [stops]
     return prepare_chat(
         backend, to_openai_messages(messages),
         tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
