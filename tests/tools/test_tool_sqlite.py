@@ -150,3 +150,33 @@ def test_a_lone_surrogate_in_the_query_is_a_clear_error(runtime):
     obs = query(runtime, "SELECT '\ud800' AS s;")
     assert obs.is_error
     assert obs.text == "sqlite error: the query is not valid text (it has a lone surrogate)"
+
+
+def test_a_transaction_left_open_is_rolled_back_so_others_can_write(tmp_path):
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+
+    def app_count_after_write() -> int:  # the application that owns the file, next to the tool
+        with sqlite3.connect(db, timeout=0) as app:
+            app.execute("INSERT INTO t VALUES (0)")
+        app.close()
+        with sqlite3.connect(db) as app:
+            (n,) = app.execute("SELECT count(*) FROM t WHERE x = 1").fetchone()
+        app.close()
+        return n
+
+    with ToolRuntime([SqliteTool(path=str(db))]) as rt:  # read-only: BEGIN still locks
+        obs = rt.run("sqlite", {"query": "BEGIN; SELECT count(*) AS n FROM t;"})
+        assert obs.text.endswith("(1 row)\n\n(the transaction left open was rolled back: "
+                                 "COMMIT within the same call)")
+        assert app_count_after_write() == 0
+        obs = rt.run("sqlite", {"query": "BEGIN; SELECT nope FROM t;"})
+        assert obs.is_error and obs.text.endswith("rolled back: COMMIT within the same call)")
+        assert app_count_after_write() == 0
+    with ToolRuntime([SqliteTool(path=str(db), allow_writes=True)]) as rt:
+        obs = rt.run("sqlite", {"query": "BEGIN; INSERT INTO t VALUES (1);"})
+        assert "rolled back" in obs.text and app_count_after_write() == 0
+        obs = rt.run("sqlite", {"query": "BEGIN; INSERT INTO t VALUES (1); COMMIT;"})
+        assert "rolled back" not in obs.text and app_count_after_write() == 1

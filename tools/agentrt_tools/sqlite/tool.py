@@ -12,7 +12,9 @@ progress handler interrupts a statement that runs longer than ``max_query_s`` (b
 machine steps: one slow function call, e.g. ``printf('%.*c', 2000000000, 'x')``, runs on to the
 sandbox's CPU and wall limits); no string or blob may be longer than ``max_value_mb``
 (``SQLITE_LIMIT_LENGTH``: ``zeroblob(10**9)`` is an error, not a gigabyte); results are capped at
-``max_rows`` rows and ``max_result_chars`` characters.
+``max_rows`` rows and ``max_result_chars`` characters. A transaction still open when a call ends
+(``BEGIN`` without ``COMMIT``, even read-only) is rolled back, with a note: it would hold a lock
+that keeps every other writer off the database for as long as the session lasts.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agentrt.agent.parsers.base import Piece
 from agentrt.agent.parsers.statements import SqlStatementSplitter
 from agentrt.agent.plugin import Invocation, Tool, ToolCallError, ToolSession, check_argument
 from agentrt.agent.sandbox import SandboxConfig
@@ -35,6 +38,7 @@ __all__ = ["SqliteTool"]
 
 _DENIED_ACTIONS = frozenset({sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH})
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ROLLED_BACK = "(the transaction left open was rolled back: COMMIT within the same call)"
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,13 @@ class _SqliteSession(ToolSession):
         columns = [d[0] for d in cursor.description]
         return _table(columns, rows, self.tool.max_rows, self.tool.max_result_chars)
 
+    def end_transaction(self, text: str) -> str:
+        """Roll back a transaction the call left open; ``text``, with a note if there was one."""
+        if not self.conn.in_transaction:
+            return text
+        self.conn.rollback()
+        return f"{text}\n\n{_ROLLED_BACK}" if text else _ROLLED_BACK
+
     def _authorize(self, action: int, *args: Any) -> int:
         return sqlite3.SQLITE_DENY if action in _DENIED_ACTIONS else sqlite3.SQLITE_OK
 
@@ -130,6 +141,12 @@ class _SqliteCall(Invocation):
         self.splitter = SqlStatementSplitter()
         self.streamed = ""
         self.results: list[str] = []
+
+    def feed(self, piece: Piece) -> None:
+        try:
+            super().feed(piece)
+        except ToolCallError as exc:
+            raise ToolCallError(self.session.end_transaction(str(exc))) from None
 
     def on_statement(self, text: str) -> None:
         self._check_text(text)
@@ -148,11 +165,17 @@ class _SqliteCall(Invocation):
             self._run(statement)
 
     def finish(self) -> str:
-        for statement in self.splitter.flush():
-            self._run(statement)
+        try:
+            for statement in self.splitter.flush():
+                self._run(statement)
+        except ToolCallError as exc:
+            raise ToolCallError(self.session.end_transaction(str(exc))) from None
         if not self.results:
             raise ToolCallError("sqlite: no SQL statement was given")
-        return self._text()
+        return self.session.end_transaction(self._text())
+
+    def abort(self) -> None:
+        self.session.end_transaction("")
 
     def _push(self, text: str) -> None:
         self._check_text(text)
