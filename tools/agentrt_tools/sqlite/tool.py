@@ -147,6 +147,9 @@ class _SqliteCall(Invocation):
             super().feed(piece)
         except ToolCallError as exc:
             raise ToolCallError(self.session.end_transaction(str(exc))) from None
+        except BaseException:  # a limit (CPU time, memory): the call is over too
+            self.session.end_transaction("")
+            raise
 
     def on_statement(self, text: str) -> None:
         self._check_text(text)
