@@ -243,13 +243,9 @@ class ChatAgentRT(BaseChatModel):
 
 def _result(message: AIMessage) -> ChatResult:
     """One message as LangChain's result; ``llm_output`` (what ``on_llm_end`` handlers read)
-    carries the token usage and model name in ``ChatOpenAI``'s form."""
-    info = {"finish_reason": message.response_metadata.get("finish_reason")}
-    usage: Any = message.usage_metadata or {}
-    token_usage = {"prompt_tokens": usage.get("input_tokens", 0),
-                   "completion_tokens": usage.get("output_tokens", 0),
-                   "total_tokens": usage.get("total_tokens", 0)}
-    llm_output = {"token_usage": token_usage,
-                  "model_name": message.response_metadata.get("model_name")}
+    carries the token usage and model name, as ``ChatOpenAI``'s does."""
+    metadata = message.response_metadata
+    info = {"finish_reason": metadata.get("finish_reason")}
+    llm_output = {"token_usage": metadata["token_usage"], "model_name": metadata["model_name"]}
     return ChatResult(generations=[ChatGeneration(message=message, generation_info=info)],
                       llm_output=llm_output)

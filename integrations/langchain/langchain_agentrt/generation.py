@@ -86,8 +86,13 @@ class Progress(ChatProgress):
                              total_tokens=self.num_prompt_tokens + self.num_output_tokens)
 
     def metadata(self) -> dict[str, Any]:
+        """``response_metadata``: the same for the message and the last chunk, with the token
+        usage in ``ChatOpenAI``'s form (also the ``llm_output`` that ``on_llm_end`` reads)."""
         return {"model_name": self.model_name, "model_provider": "agentrt",
-                "finish_reason": self.finish_reason}
+                "finish_reason": self.finish_reason, "token_usage": {
+                    "prompt_tokens": self.num_prompt_tokens,
+                    "completion_tokens": self.num_output_tokens,
+                    "total_tokens": self.num_prompt_tokens + self.num_output_tokens}}
 
 
 def _reasoning(text: str) -> dict[str, Any]:

@@ -54,6 +54,10 @@ def test_llm_output_carries_usage_and_model_for_on_llm_end(llm):
                                 "total_tokens": usage["total_tokens"]},
                 "model_name": llm.resolved_model_name}
     assert recorder.outputs == [expected]
+    chunks = list(llm.stream(QUESTION))
+    streamed = sum(chunks[1:], chunks[0])
+    assert streamed.response_metadata == message.response_metadata  # token_usage in both
+    assert message.response_metadata["token_usage"] == expected["token_usage"]
     both = llm.generate([[HumanMessage(QUESTION)], [HumanMessage(QUESTION)]])
     assert both.llm_output["token_usage"] == {
         k: 2 * v for k, v in expected["token_usage"].items()}
