@@ -37,6 +37,8 @@ def test_evaluate(expression, value):
         "(-8) ** (1 / 3)",  # complex
         "-" * 100_000 + "1",  # deeper than the parser goes
         "+".join(["1"] * 5_000),  # deeper than the evaluator recurses
+        "\uff50\uff49",  # fullwidth "pi": Python's parser reads it as pi
+        "\u0661 + 1",  # an Arabic-Indic digit
         "open('f')",
         "lambda: 1",
     ],
@@ -53,6 +55,7 @@ def test_prefixes_of_valid_expressions_pass_and_invalid_ones_fail_early():
     assert "unexpected character '.'" in validate_prefix("os.")
     assert "expected a number" in validate_prefix("2 +* 3")
     assert "unbalanced" in validate_prefix("2)")
+    assert "unexpected character '\u0661'" in validate_prefix("2 + \u0661")
 
 
 def test_an_invalid_expression_aborts_the_call_on_a_prefix():

@@ -46,7 +46,8 @@ _BINARY = {
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _TOKEN = re.compile(
     r"\s*(?:(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d*)?)|(?P<name>[A-Za-z_]\w*)"
-    r"|(?P<op>\*\*|//|[-+*/%^(),]))"
+    r"|(?P<op>\*\*|//|[-+*/%^(),]))",
+    re.ASCII,  # Python would read "ｐｉ" as pi and refuse "١٢": neither is arithmetic here
 )
 _MAX_DIGITS = 10_000
 
@@ -137,6 +138,8 @@ def validate_prefix(text: str) -> str | None:
 
 def evaluate(expression: str) -> int | float:
     """Evaluate an arithmetic expression safely (see the module docstring)."""
+    if not expression.isascii():  # as validate_prefix: the same answer streamed or whole
+        raise ValueError(f"unexpected character {next(c for c in expression if ord(c) > 127)!r}")
     try:
         tree = ast.parse(expression.replace("^", "**").strip(), mode="eval")
     except SyntaxError as exc:
