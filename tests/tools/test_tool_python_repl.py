@@ -203,3 +203,23 @@ def test_a_thread_left_running_is_stopped_when_it_uses_up_the_cpu_limit(runtime)
     obs = run(runtime, "print('after')", session="spin")
     assert obs.is_error and "left running used up the CPU limit of 1 s" in obs.text
     assert run(runtime, "print('fresh')", session="spin").text == "fresh\n"
+
+
+def test_an_output_flood_keeps_its_head_and_tail_not_its_memory(runtime):
+    # 1 GB of output through a 512 MB limit: only what the observation shows is kept
+    code = (
+        "import sys\nline = 'x' * 10**7\n"
+        "for _ in range(100):\n    _ = sys.stdout.write(line)\n"
+        "print('end')\n"
+    )
+    obs = run(runtime, code, session="flood")
+    assert not obs.is_error and obs.text.endswith("xend\n")
+    head, cut, tail = obs.text.partition("\n... [999980004 characters cut] ...\n")
+    assert cut and head == "x" * 10_000 and tail == "x" * 9_996 + "end\n"
+
+
+def test_closing_stdout_or_stderr_loses_no_output(runtime):
+    obs = run(runtime, "import sys\nprint('a')\nsys.stdout.close()\nprint('b')")
+    assert obs.text == "a\nb\n" and not obs.is_error
+    obs = run(runtime, "import sys\nsys.stderr.close()\n1 / 0")
+    assert obs.is_error and obs.text.endswith("ZeroDivisionError: division by zero\n")

@@ -4,10 +4,12 @@ One interpreter per agent session, in a worker forked from the warm template (``
 modules imported there once). Statements come complete from the fenced-code parser, or are cut
 from a streamed ``code`` argument by the same splitter, and each runs the moment it is complete,
 compiled in interactive mode (a bare expression prints its ``repr``, like the Python prompt).
-stdout and stderr are captured; the first exception stops the script like it would stop a file,
-rejects the rest of the call (the model need not finish writing code that will not run), and its
-traceback ends the observation. Running the pieces as they stream and running the whole script at
-once give the same observation. Limits and confinement: :class:`agentrt.agent.SandboxConfig`.
+stdout and stderr are captured (only the first and last ``max_output_chars // 2`` characters
+are kept: an output flood costs no memory); the first exception stops the script like it would
+stop a file, rejects the rest of the call (the model need not finish writing code that will not
+run), and its traceback ends the observation. Running the pieces as they stream and running the
+whole script at once give the same observation. Limits and confinement:
+:class:`agentrt.agent.SandboxConfig`.
 
 A thread that model code leaves running keeps going between statements and between calls, where
 the CPU-time limit (a signal raised in a running statement) stops nothing: a watchdog thread ends
@@ -96,7 +98,7 @@ class _ReplSession(ToolSession):
             self.is_watched = True
         return _ReplCall(self)
 
-    def run(self, source: str, out: io.StringIO) -> BaseException | None:
+    def run(self, source: str, out: _Output) -> BaseException | None:
         """Run one complete top-level statement; return the exception it raised, if any."""
         self.num_statements += 1
         filename = f"<input-{self.num_statements}>"
@@ -137,7 +139,7 @@ class _ReplCall(Invocation):
 
     def __init__(self, session: _ReplSession) -> None:
         self.session = session
-        self.out = io.StringIO()
+        self.out = _Output(session.tool.max_output_chars)
         self.splitter = PythonStatementSplitter()
         self.streamed = ""  # code received as deltas so far
 
@@ -170,10 +172,7 @@ class _ReplCall(Invocation):
             raise ToolCallError(self._text())
 
     def _text(self) -> str:
-        text, limit = self.out.getvalue(), self.session.tool.max_output_chars
-        if len(text) > limit:
-            cut = len(text) - limit
-            text = f"{text[: limit // 2]}\n... [{cut} characters cut] ...\n{text[-limit // 2 :]}"
+        text = self.out.text()
         # NOTE: a lone surrogate (print('\ud800'), a file name read with surrogateescape) is not
         # text: the caller's tokenizer and UTF-8 encoders refuse it, so it becomes U+FFFD here
         return _SURROGATE.sub("\ufffd", text)
@@ -189,7 +188,51 @@ def _strip_fence(code: str) -> str:
     return _FENCE.sub("", code) if code.lstrip().startswith("```") else code
 
 
-def _print_exception(exc: BaseException, out: io.StringIO) -> None:
+class _Output(io.TextIOBase):
+    """A call's stdout and stderr: the first and the last ``max_chars // 2`` characters."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.half = max_chars // 2
+        self.head = ""
+        self.tail: list[str] = []  # chunks, trimmed to the last `half` characters now and then
+        self.num_tail_chars = 0
+        self.num_chars = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Model code's ``sys.stdout.close()`` closes nothing: the call's output stays open."""
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self.num_chars += len(text)
+        room = self.half - len(self.head)
+        self.head += text[:room] if room > 0 else ""
+        rest = text[max(room, 0, len(text) - self.half) :]
+        if rest:
+            self.tail.append(rest)
+            self.num_tail_chars += len(rest)
+            if self.num_tail_chars > 2 * self.half:
+                self.tail = [_last("".join(self.tail), self.half)]
+                self.num_tail_chars = len(self.tail[0])
+        return len(text)
+
+    def text(self) -> str:
+        """What was written, with its middle cut when that was more than ``2 * half``."""
+        tail = _last("".join(self.tail), self.half)
+        cut = self.num_chars - len(self.head) - len(tail)
+        if cut <= 0:
+            return self.head + tail
+        return f"{self.head}\n... [{cut} characters cut] ...\n{tail}"
+
+
+def _last(text: str, num_chars: int) -> str:
+    return text[len(text) - num_chars :] if num_chars < len(text) else text
+
+
+def _print_exception(exc: BaseException, out: _Output) -> None:
     tb = exc.__traceback__
     while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<input-"):
         tb = tb.tb_next  # drop the runtime's frames above the user's code
