@@ -46,8 +46,9 @@ class ChatAgentRT(BaseChatModel):
     ``engine_kwargs`` share one engine, loaded on the first call.
     """
 
+    # NOTE: extra="forbid": a misspelt option (``max_token=``) is an error, not ignored
     model_config = ConfigDict(populate_by_name=True, arbitrary_types_allowed=True,
-                              protected_namespaces=())
+                              protected_namespaces=(), extra="forbid")
 
     model_name: str | None = Field(default_factory=env.default_model, alias="model")
     """Local Hugging Face folder or ``.gguf`` file; default ``$AGENTRT_MODEL``, else (None)
@@ -73,6 +74,9 @@ class ChatAgentRT(BaseChatModel):
     """Seconds one call may take; the request is then aborted and ``TimeoutError`` raised."""
     max_retries: int = 0
     """Accepted for LangChain's standard parameters; a local engine has nothing to retry."""
+    api_key: Any = Field(default=None, exclude=True, repr=False)
+    """Accepted for LangChain's standard parameters (and code written for hosted models);
+    agentrt needs no key."""
     streaming: bool = False
     """Stream by default (``invoke`` goes through ``_stream``)."""
     constrained: bool = True

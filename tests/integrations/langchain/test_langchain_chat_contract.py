@@ -1,14 +1,17 @@
 """ChatAgentRT where LangChain code leans on the BaseChatModel contract beyond the standard
-suites: token counting, ``llm_output``, cache keys, stop forms, copies (the real model)."""
+suites: token counting, ``llm_output``, cache keys, stop forms, copies, options (the real
+model)."""
 
 from __future__ import annotations
 
 import copy
 
+import pytest
 from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage, SystemMessage, trim_messages
 from langchain_core.tools import tool
+from pydantic import ValidationError
 
 from langchain_agentrt import ChatAgentRT
 
@@ -81,3 +84,9 @@ def test_deep_copy_shares_the_engine(llm):
     twin = copy.deepcopy(llm)
     assert twin.engine is llm.engine and twin is not llm
     assert twin.invoke(QUESTION).content == llm.invoke(QUESTION).content
+
+
+def test_a_misspelt_option_is_an_error_not_ignored():
+    with pytest.raises(ValidationError, match="max_token\n"):
+        ChatAgentRT(max_token=8)
+    assert ChatAgentRT(model="m", stop_sequences=["x"]).stop == ["x"]  # aliases still work
