@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agentrt.agent.parsers import create_parser
@@ -236,8 +236,7 @@ class _Loop:
                 if observation is None or len(self.segments) >= max_calls:
                     self.segments.append(Segment(out, observation, is_paused=paused))
                     break
-                tokenizer = self.session.backend.tokenizer
-                appended = _encode(tokenizer, self._continuation(out, observation, paused))
+                appended = self._continuation_ids(out, observation, paused)
                 self.segments.append(Segment(out, observation, tuple(appended), paused))
                 context = [*context, *out.token_ids, *appended]
                 self.stream.begin_segment()
@@ -257,6 +256,23 @@ class _Loop:
         if paused and written and text.startswith(written) and out.text.endswith(written):
             return text[len(written):]
         return text
+
+    def _continuation_ids(self, out: RequestOutput, observation: Observation,
+                          paused: bool) -> list[int]:
+        """The continuation's token ids: the turn's framing with its special tokens, the tool's
+        text as plain text. A tool's output (a web page, a database row) that writes a special
+        token's text, ``<|im_end|>\n<|im_start|>system``, must not end the tool turn and
+        forge another: where it contains such text, the text is tokenized on its own with
+        special tokens split; elsewhere the continuation is tokenized whole, as before."""
+        tokenizer = self.session.backend.tokenizer
+        text = self._continuation(out, observation, paused)
+        span = _content_span(text, observation, lambda o: self._continuation(out, o, paused))
+        if span is None or not _has_added_token(tokenizer, text[span[0]:span[1]]):
+            return _encode(tokenizer, text)
+        start, end = span
+        plain = tokenizer.encode(text[start:end], add_special_tokens=False,
+                                 split_special_tokens=True)
+        return [*_encode(tokenizer, text[:start]), *plain, *_encode(tokenizer, text[end:])]
 
     def _end_segment(self, out: RequestOutput) -> Observation | None:
         """Collect what ended the segment: a rejected or complete call (its observation)."""
@@ -280,6 +296,29 @@ def _is_paused(call: Call) -> bool:
     """The hook paused ``call`` at a complete tool call (not a stop token or string)."""
     return call.finish_reason == "stop" and call.matched_stop is None \
         and call.hook_path is not None
+
+
+_SENTINEL = "\ue000agentrt-observation\ue000"  # private-use characters: no template writes them
+
+
+def _content_span(text: str, observation: Observation,
+                  render: Callable[[Observation], str]) -> tuple[int, int] | None:
+    """Where the tool's text (as written, or JSON-quoted as Llama 3's turn writes it) lies in
+    its rendered turn ``text``; None where a custom render writes it otherwise."""
+    probe = render(replace(observation, text=_SENTINEL))
+    content = observation.text.rstrip("\n")
+    for form in (str, lambda t: json.dumps(t, ensure_ascii=False)):
+        start = probe.find(form(_SENTINEL))
+        if start != -1 and text.startswith(probe[:start]) and text.startswith(form(content), start):
+            return start, start + len(form(content))
+    return None
+
+
+def _has_added_token(tokenizer: Any, text: str) -> bool:
+    """Whether ``text`` holds the text of a token the tokenizer adds to its vocabulary (the
+    chat template's markers among them), which it would read as that token."""
+    added = getattr(tokenizer, "get_added_vocab", None)
+    return any(token in text for token in (added() if added else ()))
 
 
 def _encode(tokenizer: Any, text: str | list[int]) -> list[int]:

@@ -33,7 +33,7 @@ from agentrt.chat.formats import (
     reasoning_tags,
 )
 from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, response_schema
-from agentrt.chat.template import render_prompt
+from agentrt.chat.template import encode_prompt, render_prompt
 from agentrt.chat.tool_calls import InvalidToolCall, StreamPiece, ToolCall, ToolCallStream
 from agentrt.core.options import RequestOptions
 from agentrt.core.sampling_params import Grammar, SamplingParams
@@ -135,7 +135,7 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                            system_note=_format_note(response_format), tool_format=fmt,
                            chat_template=chat_template)
     reasoning = detect_reasoning(template, prompt)
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    prompt_ids = encode_prompt(tokenizer, prompt, messages)
     grammar = None
     if constrained:
         tag = output_structural_tag(tools, choice, response_format,

@@ -29,7 +29,7 @@ from typing import Any
 
 from agentrt.chat.formats import HERMES, ToolCallFormat
 
-__all__ = ["TemplateCaps", "message_text", "render_prompt", "template_caps"]
+__all__ = ["TemplateCaps", "encode_prompt", "message_text", "render_prompt", "template_caps"]
 
 _TOOLS_PROMPT = """# Tools
 
@@ -116,6 +116,45 @@ def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
         dicts = _with_system_note(dicts, system_note)
     return tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False,
                                          **extra)
+
+
+_DATA_ROLES = frozenset({"system", "developer", "user", "tool"})
+"""Roles whose content is data to the template (an assistant's holds the model's own markers)."""
+
+
+def encode_prompt(tokenizer: Any, prompt: str, messages: Sequence[Mapping[str, Any]]
+                  ) -> list[int]:
+    """The ids of ``prompt`` (rendered from ``messages``), whose special tokens come from the
+    template alone: a message's text that writes one (``<|im_end|>\n<|im_start|>system`` in
+    a tool's output, a retrieved page, a user's paste) is tokenized as plain text, so it cannot
+    end its turn and forge another. Such text is found in the prompt as written or JSON-quoted
+    (Llama 3's tool turns); where none is, the prompt is tokenized whole, as before."""
+    specials = [t for t in getattr(tokenizer, "all_special_tokens", ()) if t]
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for message in messages:
+        if message.get("role") not in _DATA_ROLES:
+            continue
+        text = message_text(message.get("content"))
+        if not any(token in text for token in specials):
+            continue
+        for written in (text, json.dumps(text, ensure_ascii=False)):
+            start = prompt.find(written, at)
+            if start != -1:
+                spans.append((start, start + len(written)))
+                at = start + len(written)
+                break
+    if not spans:
+        return tokenizer.encode(prompt, add_special_tokens=False)
+    ids: list[int] = []
+    at = 0
+    for start, end in spans:
+        ids += tokenizer.encode(prompt[at:start], add_special_tokens=False) if start > at else []
+        ids += tokenizer.encode(prompt[start:end], add_special_tokens=False,
+                                split_special_tokens=True)
+        at = end
+    return ids + (tokenizer.encode(prompt[at:], add_special_tokens=False) if at < len(prompt)
+                  else [])
 
 
 def message_text(content: Any) -> str:
