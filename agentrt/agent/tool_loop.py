@@ -105,7 +105,8 @@ def render_observation(
 
 def _call_id(observation: Observation) -> str:
     """9 hex digits from the observation's tool and text (a Mistral tool turn's call id)."""
-    digest = hashlib.sha1(f"{observation.tool}\0{observation.text}".encode())
+    key = f"{observation.tool}\0{observation.text}".encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(key)
     return digest.hexdigest()[:_MISTRAL_CALL_ID_LEN]
 
 

@@ -272,10 +272,22 @@ def _text(value: Any) -> str:
 
 
 def _bounded(text: str) -> str:
+    """``text`` as an observation: valid Unicode (a lone surrogate, which no tokenizer or JSON
+    encoder takes, becomes U+FFFD) and at most MAX_TEXT_CHARS characters."""
+    if _has_surrogate(text):
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     if len(text) <= MAX_TEXT_CHARS:
         return text
     cut = len(text) - MAX_TEXT_CHARS
     return f"{text[:MAX_TEXT_CHARS]}\n[... {cut} more characters cut]"
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _describe(exc: BaseException) -> str:

@@ -100,3 +100,10 @@ def test_react_input_is_split_into_arguments(runtime):
     call = runtime.start("echo")
     call.feed(Piece("input", "plain words"))
     assert call.finish().text == "text=plain words"
+
+
+def test_a_lone_surrogate_in_a_tool_result_becomes_a_replacement_character(runtime):
+    """No tokenizer or JSON encoder takes a lone surrogate: any tool's text is made valid."""
+    obs = runtime.run("echo", {"text": "a\ud800b"})
+    assert obs.text == "text=a\ufffdb" and not obs.is_error
+    obs.text.encode("utf-8")
