@@ -36,7 +36,8 @@ def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessag
                  stop: list[str] | None, kwargs: dict[str, Any]) -> ChatCall:
     """Render, tokenize and parameterize one call (``kwargs``: per-call options, bindings)."""
     _check_kwargs(model, kwargs)
-    options = {k: kwargs.get(k, getattr(model, k)) for k in _SAMPLING}
+    # NOTE: an option given as None is not given (the model's own value), as in OpenAI's API
+    options = {k: getattr(model, k) if kwargs.get(k) is None else kwargs[k] for k in _SAMPLING}
     stops = stop if stop is not None else model.stop
     if isinstance(stops, str):  # NOTE: one stop string, as OpenAI's API takes it
         stops = [stops]
@@ -46,7 +47,7 @@ def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessag
         tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),
         constrained=model.constrained, stop=stops or (),
-        timeout=kwargs.get("timeout", model.timeout), **options)
+        timeout=model.timeout if kwargs.get("timeout") is None else kwargs["timeout"], **options)
 
 
 class Progress(ChatProgress):

@@ -90,3 +90,12 @@ def test_a_misspelt_option_is_an_error_not_ignored():
     with pytest.raises(ValidationError, match="max_token\n"):
         ChatAgentRT(max_token=8)
     assert ChatAgentRT(model="m", stop_sequences=["x"]).stop == ["x"]  # aliases still work
+
+
+def test_a_call_option_given_as_none_is_the_models_own(llm, engine):
+    expected = llm.invoke(QUESTION).content
+    for option in ("temperature", "top_p", "top_k", "max_tokens", "seed"):
+        assert llm.invoke(QUESTION, **{option: None}).content == expected, option
+    slow = ChatAgentRT(engine=engine, max_tokens=200, timeout=0.3)
+    with pytest.raises(TimeoutError, match="timeout=0.3"):
+        slow.invoke("Write a long story about a cat.", timeout=None)
