@@ -170,9 +170,9 @@ class ChatAgentRT(BaseChatModel):
         strict: bool | None = None, **kwargs: Any,
     ) -> Runnable[LanguageModelInput, dict | Any]:
         """Answers parsed into ``schema``: through a forced tool call (``function_calling``)
-        or as grammar-constrained JSON (``json_schema``; ``json_mode``: any JSON object)."""
-        if method == "function_calling":
-            return super().with_structured_output(schema, include_raw=include_raw, **kwargs)
+        or as grammar-constrained JSON (``json_schema``; ``json_mode``: any JSON object).
+        A call or JSON that did not parse is an ``OutputParserException`` (with
+        ``include_raw=True``: in ``parsing_error``)."""
         if kwargs:
             raise ValueError(f"unsupported arguments: {sorted(kwargs)}")
         return structured_output(self, schema, method, include_raw=include_raw)

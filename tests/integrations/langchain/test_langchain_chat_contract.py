@@ -1,6 +1,6 @@
 """ChatAgentRT where LangChain code leans on the BaseChatModel contract beyond the standard
-suites: token counting, ``llm_output``, cache keys, stop forms, copies, options (the real
-model)."""
+suites: token counting, ``llm_output``, cache keys, stop forms, copies, options, structured
+output cut off (the real model)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import copy
 import pytest
 from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import HumanMessage, SystemMessage, trim_messages
 from langchain_core.tools import tool
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from langchain_agentrt import ChatAgentRT
 
@@ -99,3 +100,28 @@ def test_a_call_option_given_as_none_is_the_models_own(llm, engine):
     slow = ChatAgentRT(engine=engine, max_tokens=200, timeout=0.3)
     with pytest.raises(TimeoutError, match="timeout=0.3"):
         slow.invoke("Write a long story about a cat.", timeout=None)
+
+
+class Capital(BaseModel):
+    """A country's capital."""
+
+    country: str
+    city: str
+
+
+@pytest.mark.parametrize("method", ["function_calling", "json_schema"])
+@pytest.mark.parametrize("schema", [Capital, Capital.model_json_schema()], ids=["pydantic", "json"])
+def test_a_cut_off_structured_answer_is_a_parsing_error(engine, llm, schema, method):
+    short = ChatAgentRT(engine=engine, max_tokens=5)  # ends inside the call or the JSON
+    answer = short.with_structured_output(schema, method=method, include_raw=True
+                                          ).invoke(QUESTION)
+    assert answer["parsed"] is None and answer["raw"].response_metadata["finish_reason"] == (
+        "length")
+    assert isinstance(answer["parsing_error"], OutputParserException)
+    with pytest.raises(OutputParserException, match="did not parse|not complete JSON"):
+        short.with_structured_output(schema, method=method).invoke(QUESTION)
+    structured = llm.with_structured_output(schema, method=method)
+    whole = structured.invoke(QUESTION, max_tokens=48)
+    assert (whole.city if schema is Capital else whole["city"]) == "Paris"
+    partials = list(structured.stream(QUESTION, max_tokens=48))
+    assert partials[-1] == whole and (schema is Capital or len(partials) > 1)  # dicts grow
