@@ -129,6 +129,13 @@ class ChatAgentRT(BaseChatModel):
             memo.setdefault(id(resource), resource)
         return super().__deepcopy__(memo)
 
+    def __getstate__(self) -> dict[Any, Any]:
+        if self.engine is not None or self.backend is not None:
+            raise TypeError("a ChatAgentRT with engine= or backend= cannot be pickled (a running "
+                            "resource); pickle one made with model=: it loads that model's "
+                            "shared engine where it is unpickled")
+        return super().__getstate__()
+
     # --- token counting ------------------------------------------------------------------------
     def get_token_ids(self, text: str) -> list[int]:
         """The ids of ``text`` in the model's own tokenizer (no special tokens added)."""

@@ -5,6 +5,7 @@ output cut off (the real model)."""
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 from langchain_core.caches import InMemoryCache
@@ -81,10 +82,14 @@ def test_one_stop_string_and_stream_usage_as_openai_takes_them(llm):
     assert chunks[-1].usage_metadata["output_tokens"] > 0
 
 
-def test_deep_copy_shares_the_engine(llm):
+def test_deep_copy_shares_the_engine_and_pickling_it_is_a_clear_error(llm):
     twin = copy.deepcopy(llm)
     assert twin.engine is llm.engine and twin is not llm
     assert twin.invoke(QUESTION).content == llm.invoke(QUESTION).content
+    with pytest.raises(TypeError, match="engine= or backend= cannot be pickled"):
+        pickle.dumps(llm)
+    portable = pickle.loads(pickle.dumps(ChatAgentRT(model="m", max_tokens=3, stop=["x"])))
+    assert (portable.model_name, portable.max_tokens, portable.stop) == ("m", 3, ["x"])
 
 
 def test_a_misspelt_option_is_an_error_not_ignored():
