@@ -122,6 +122,7 @@ class ChatAgentRT(BaseChatModel):
             params["ls_stop"] = stop or self.stop
         return params
 
+    # --- copies --------------------------------------------------------------------------------
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ChatAgentRT:
         """A deep copy that shares the engine or backend (a running resource, not a value)."""
         memo = {} if memo is None else memo
