@@ -108,7 +108,7 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                  tools: Sequence[dict[str, Any]] = (), tool_choice: Any = None,
                  response_format: dict[str, Any] | None = None,
                  parallel_tool_calls: bool = False, constrained: bool = True,
-                 stop: Sequence[str] = (), temperature: float = 0.0,
+                 stop: str | Sequence[str] = (), temperature: float = 0.0,
                  max_tokens: int | None = None, top_p: float = 1.0, top_k: int = 0,
                  seed: int | None = None, timeout: float | None = None,
                  request_id: str | None = None,
@@ -145,7 +145,8 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     can_call_tools = bool(tools) and choice != "none"
     markers = marker_tokenizer(tokenizer, _kept_markers(fmt, reasoning, can_call_tools))
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                            stop=tuple(stop), grammar=grammar,
+                            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+                            grammar=grammar,
                             skip_special_tokens=markers is None,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
     call = ChatCall(backend, prompt_ids, params, timeout=timeout, tool_format=fmt,
