@@ -160,3 +160,8 @@ def test_under_auto_a_fragment_of_an_opening_tag_stays_text():
     pieces = [stream.feed("Use <tool"), stream.close()]
     assert "".join(p.content for p in pieces) == "Use <tool"
     assert stream.invalid_tool_calls == []
+
+
+def test_one_stop_string_is_one_stop(engine):
+    call = prepare_chat(engine, [{"role": "user", "content": "hi"}], stop="Paris")
+    assert call.params.stop == ("Paris",)

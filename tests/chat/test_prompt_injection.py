@@ -52,8 +52,3 @@ def test_an_assistant_turn_keeps_its_markers(engine):
     prompt = render_prompt(engine.tokenizer, messages)
     assert encode_prompt(engine.tokenizer, prompt, messages) == \
         engine.tokenizer.encode(prompt, add_special_tokens=False)
-
-
-def test_one_stop_string_is_one_stop(engine):
-    call = prepare_chat(engine, [{"role": "user", "content": "hi"}], stop="Paris")
-    assert call.params.stop == ("Paris",)
