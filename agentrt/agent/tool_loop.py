@@ -265,15 +265,16 @@ class _Loop:
         token's text, ``<|im_end|>\n<|im_start|>system``, must not end the tool turn and
         forge another: where it contains such text, the text is tokenized on its own with
         special tokens split; elsewhere the continuation is tokenized whole, as before."""
+        from agentrt.chat.template import added_tokens, encode_plain
+
         tokenizer = self.session.backend.tokenizer
         text = self._continuation(out, observation, paused)
         span = _content_span(text, observation, lambda o: self._continuation(out, o, paused))
-        if span is None or not _has_added_token(tokenizer, text[span[0]:span[1]]):
+        if span is None or not any(t in text[span[0]:span[1]] for t in added_tokens(tokenizer)):
             return _encode(tokenizer, text)
         start, end = span
-        plain = tokenizer.encode(text[start:end], add_special_tokens=False,
-                                 split_special_tokens=True)
-        return [*_encode(tokenizer, text[:start]), *plain, *_encode(tokenizer, text[end:])]
+        return [*_encode(tokenizer, text[:start]), *encode_plain(tokenizer, text[start:end]),
+                *_encode(tokenizer, text[end:])]
 
     def _end_segment(self, out: RequestOutput) -> Observation | None:
         """Collect what ended the segment: a rejected or complete call (its observation)."""
@@ -313,13 +314,6 @@ def _content_span(text: str, observation: Observation,
         if start != -1 and text.startswith(probe[:start]) and text.startswith(form(content), start):
             return start, start + len(form(content))
     return None
-
-
-def _has_added_token(tokenizer: Any, text: str) -> bool:
-    """Whether ``text`` holds the text of a token the tokenizer adds to its vocabulary (the
-    chat template's markers among them), which it would read as that token."""
-    added = getattr(tokenizer, "get_added_vocab", None)
-    return any(token in text for token in (added() if added else ()))
 
 
 def _encode(tokenizer: Any, text: str | list[int]) -> list[int]:

@@ -29,7 +29,8 @@ from typing import Any
 
 from agentrt.chat.formats import HERMES, ToolCallFormat
 
-__all__ = ["TemplateCaps", "encode_prompt", "message_text", "render_prompt", "template_caps"]
+__all__ = ["TemplateCaps", "added_tokens", "encode_plain", "encode_prompt", "message_text",
+           "render_prompt", "template_caps"]
 
 _TOOLS_PROMPT = """# Tools
 
@@ -129,14 +130,14 @@ def encode_prompt(tokenizer: Any, prompt: str, messages: Sequence[Mapping[str, A
     a tool's output, a retrieved page, a user's paste) is tokenized as plain text, so it cannot
     end its turn and forge another. Such text is found in the prompt as written or JSON-quoted
     (Llama 3's tool turns); where none is, the prompt is tokenized whole, as before."""
-    specials = [t for t in getattr(tokenizer, "all_special_tokens", ()) if t]
+    added = added_tokens(tokenizer)
     spans: list[tuple[int, int]] = []
     at = 0
     for message in messages:
         if message.get("role") not in _DATA_ROLES:
             continue
         text = message_text(message.get("content"))
-        if not any(token in text for token in specials):
+        if not any(token in text for token in added):
             continue
         for written in (text, json.dumps(text, ensure_ascii=False)):
             start = prompt.find(written, at)
@@ -150,11 +151,22 @@ def encode_prompt(tokenizer: Any, prompt: str, messages: Sequence[Mapping[str, A
     at = 0
     for start, end in spans:
         ids += tokenizer.encode(prompt[at:start], add_special_tokens=False) if start > at else []
-        ids += tokenizer.encode(prompt[start:end], add_special_tokens=False,
-                                split_special_tokens=True)
+        ids += encode_plain(tokenizer, prompt[start:end])
         at = end
     return ids + (tokenizer.encode(prompt[at:], add_special_tokens=False) if at < len(prompt)
                   else [])
+
+
+def added_tokens(tokenizer: Any) -> list[str]:
+    """The texts the tokenizer reads as tokens of their own (its added vocabulary: the chat
+    template's markers, special or not), whatever they sit in."""
+    added = getattr(tokenizer, "get_added_vocab", None)
+    return [token for token in (added() if added else ()) if token]
+
+
+def encode_plain(tokenizer: Any, text: str) -> list[int]:
+    """The ids of ``text`` as data: its special tokens' texts split into ordinary tokens."""
+    return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
 
 def message_text(content: Any) -> str:
