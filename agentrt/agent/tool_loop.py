@@ -269,8 +269,10 @@ class _Loop:
 
         tokenizer = self.session.backend.tokenizer
         text = self._continuation(out, observation, paused)
+        if not any(token in observation.text for token in added_tokens(tokenizer)):
+            return _encode(tokenizer, text)
         span = _content_span(text, observation, lambda o: self._continuation(out, o, paused))
-        if span is None or not any(t in text[span[0]:span[1]] for t in added_tokens(tokenizer)):
+        if span is None:
             return _encode(tokenizer, text)
         start, end = span
         return [*_encode(tokenizer, text[:start]), *encode_plain(tokenizer, text[start:end]),

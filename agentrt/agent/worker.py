@@ -14,6 +14,7 @@ into exceptions only while tool code runs: SIGXCPU (the CPU-time limit) into
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -52,6 +53,7 @@ __all__ = [
 
 #: longest observation or error text a worker sends (the rest is cut, with a note)
 MAX_TEXT_CHARS = MAX_FRAME_BYTES // 16
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no UTF-8, no token
 
 
 @dataclass(frozen=True)
@@ -274,20 +276,11 @@ def _text(value: Any) -> str:
 def _bounded(text: str) -> str:
     """``text`` as an observation: valid Unicode (a lone surrogate, which no tokenizer or JSON
     encoder takes, becomes U+FFFD) and at most MAX_TEXT_CHARS characters."""
-    if _has_surrogate(text):
-        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    text = _SURROGATE.sub("\ufffd", text)
     if len(text) <= MAX_TEXT_CHARS:
         return text
     cut = len(text) - MAX_TEXT_CHARS
     return f"{text[:MAX_TEXT_CHARS]}\n[... {cut} more characters cut]"
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _describe(exc: BaseException) -> str:

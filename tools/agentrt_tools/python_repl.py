@@ -45,7 +45,6 @@ __all__ = ["PythonReplTool"]
 
 _RUNTIME_FILES = frozenset({sandbox_module.__file__, worker_module.__file__})
 _FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n|\n?```\s*$")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: how often the watchdog looks for CPU time spent outside statements, and how much is too much
 _WATCH_INTERVAL_S = 0.5
 _MAX_IDLE_CPU_S = 0.1
@@ -172,10 +171,8 @@ class _ReplCall(Invocation):
             raise ToolCallError(self._text())
 
     def _text(self) -> str:
-        text = self.out.text()
-        # NOTE: a lone surrogate (print('\ud800'), a file name read with surrogateescape) is not
-        # text: the caller's tokenizer and UTF-8 encoders refuse it, so it becomes U+FFFD here
-        return _SURROGATE.sub("\ufffd", text)
+        # NOTE: a lone surrogate (print('\ud800')) becomes U+FFFD in the worker, for every tool
+        return self.out.text()
 
 
 def _cpu_time() -> float:
