@@ -3,15 +3,18 @@
 Applied inside the forked worker, after the tool opened its own resources (a database file, an
 index) and before any model-written input runs. Layers, strongest first (see docs/tools.md):
 
-1. kernel: a private network namespace (``unshare(CLONE_NEWNET)``, when permitted), Landlock
-   (file access limited to the Python installation, ``sys.path`` and the working folder; no
-   ``execve``; no TCP; no signals out of the sandbox), when the kernel has it, and a seccomp
-   filter that refuses every new process (:mod:`agentrt.agent.seccomp`);
+1. kernel: the working folder a size-limited tmpfs in a private mount namespace
+   (:func:`mount_workdir`, when permitted: before the tool's session opens), a private network
+   namespace (``unshare(CLONE_NEWNET)``, when permitted), Landlock (file access limited to the
+   Python installation, ``sys.path`` and the working folder; no ``execve``; no TCP; no signals
+   out of the sandbox; no mount changes), when the kernel has it, and a seccomp filter that
+   refuses every new process (:mod:`agentrt.agent.seccomp`);
 2. resource limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` (per call), ``RLIMIT_FSIZE``,
    ``RLIMIT_CORE`` = 0, ``RLIMIT_NPROC`` = 0 (ignored for root);
 3. a ``sys.addaudithook`` hook that turns file access outside the folder, sockets, process
    spawning, ``ctypes`` calls, signals and limit changes into ``PermissionError`` with a clear
-   message. Audit hooks are not a security boundary on their own (PEP 578); the kernel layers are.
+   message, and, where the folder got no tmpfs, refuses to open files for writing in a full
+   folder. Audit hooks are not a security boundary on their own (PEP 578); the kernel layers are.
 
 The worker's environment is rebuilt from an allow-list (:func:`worker_environment`) before any
 model-written input runs. The caller enforces the wall-time limit by killing the worker
@@ -21,14 +24,18 @@ model-written input runs. The caller enforces the wall-time limit by killing the
 from __future__ import annotations
 
 import ctypes
+import errno
 import math
 import os
 import resource
+import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 from agentrt.agent import landlock, seccomp
 
@@ -37,8 +44,10 @@ __all__ = [
     "ResourceLimitError",
     "SandboxConfig",
     "SandboxReport",
+    "WorkdirMount",
     "apply_sandbox",
     "begin_call",
+    "mount_workdir",
     "worker_environment",
 ]
 
@@ -48,6 +57,11 @@ BASE_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+#: files and folders the working folder's tmpfs holds per MiB of its size (inodes cost memory)
+_INODES_PER_MB = 64
 _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime", "/dev/null",
                 "/dev/zero", "/dev/urandom", "/dev/random")
 _SPAWN_EVENTS = frozenset({
@@ -90,6 +104,9 @@ class SandboxConfig:
     max_memory_mb: int | None = 1024
     #: largest file the worker may write (RLIMIT_FSIZE)
     max_file_mb: int | None = 64
+    #: total size of the working folder: a tmpfs of this size (memory, not disk) where the kernel
+    #: permits a private mount namespace, else a best-effort count by the audit hook
+    max_workdir_mb: int | None = 256
     #: run in a fresh temporary folder and deny file access outside the allowed paths
     confine_files: bool = True
     #: extra paths readable (the Python installation and sys.path always are)
@@ -111,13 +128,20 @@ class SandboxConfig:
             raise TypeError(
                 f"SandboxConfig.env must be a tuple of variable names, got {self.env!r}"
             )
+        size = self.max_workdir_mb
+        if size is not None and (type(size) is not int or size < 1):
+            raise ValueError(
+                f"SandboxConfig.max_workdir_mb must be a whole number of MiB >= 1 or None, "
+                f"got {size!r}"
+            )
 
     @classmethod
     def off(cls) -> SandboxConfig:
         """No isolation beyond the process itself (trusted tools, e.g. LangChain ones)."""
         return cls(
             max_wall_s=None, max_cpu_s=None, max_memory_mb=None, max_file_mb=None,
-            confine_files=False, deny_network=False, deny_spawn=False, use_kernel=False,
+            max_workdir_mb=None, confine_files=False, deny_network=False, deny_spawn=False,
+            use_kernel=False,
         )
 
     @property
@@ -136,10 +160,59 @@ class SandboxReport:
     audit_hook: bool = False
     rlimits: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: what bounds the working folder's total size: its own tmpfs (kernel), the audit hook's
+    #: count (best effort), or nothing (``max_workdir_mb=None`` or the sandbox off)
+    workdir_quota: Literal["tmpfs", "audit_hook", "none"] = "none"
 
 
-def apply_sandbox(config: SandboxConfig, workdir: Path) -> SandboxReport:
+class WorkdirMount(NamedTuple):
+    """What :func:`mount_workdir` did: ``is_mounted``; ``note``: why not, or which files already
+    in the folder did not fit into the tmpfs."""
+
+    is_mounted: bool
+    note: str = ""
+
+
+def mount_workdir(config: SandboxConfig, workdir: Path) -> WorkdirMount:
+    """Make ``workdir`` a tmpfs of ``config.max_workdir_mb`` in a private mount namespace.
+
+    Call in the worker while it runs one thread, before the tool's session opens (so the tool's
+    own files land in the tmpfs too) and before :func:`apply_sandbox` (Landlock forbids mounts).
+    Unshares the mount namespace (``CLONE_NEWNS``; ``CLONE_NEWUSER | CLONE_NEWNS`` where that is
+    refused, i.e. without CAP_SYS_ADMIN), makes every mount private so nothing propagates to the
+    host, and mounts the tmpfs over the folder (``nosuid,nodev,noexec``: a native module written
+    there does not load); files already in the folder are copied in. The
+    caller's view of the folder stays empty, and the tmpfs is gone when the worker exits.
+    """
+    if config.max_workdir_mb is None or not config.use_kernel:
+        return WorkdirMount(False)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                               ctypes.c_ulong, ctypes.c_char_p]
+        _unshare_mounts(libc)
+        _libc_check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount")
+        size = config.max_workdir_mb
+        options = f"size={size}m,nr_inodes={max(1024, size * _INODES_PER_MB)},mode=0700"
+        below = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)  # the folder under the tmpfs
+    except (OSError, AttributeError) as exc:
+        return WorkdirMount(False, f"no tmpfs for the working folder: {exc}")
+    try:
+        _libc_check(libc.mount(b"tmpfs", os.fsencode(workdir), b"tmpfs",
+                               _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, options.encode()), "mount")
+    except OSError as exc:
+        os.close(below)
+        return WorkdirMount(False, f"no tmpfs for the working folder: {exc}")
+    return WorkdirMount(True, _copy_in(below, workdir))
+
+
+def apply_sandbox(
+    config: SandboxConfig, workdir: Path, mount: WorkdirMount | None = None
+) -> SandboxReport:
     """Confine this (worker) process for good; call once, before running untrusted input.
+
+    ``mount``: what :func:`mount_workdir` did (``None``: not called); where the folder got no
+    tmpfs, the audit hook bounds its total size instead (best effort).
 
     Raises ``RuntimeError`` when kernel layers are asked for and the process runs more than
     one thread: Landlock and the network namespace confine only the thread that applies them,
@@ -159,9 +232,19 @@ def apply_sandbox(config: SandboxConfig, workdir: Path) -> SandboxReport:
         abi = _landlock(config, workdir, notes)
     no_spawn = config.deny_spawn and config.use_kernel and _seccomp(notes)
     hook = not config.is_off
+    quota: Literal["tmpfs", "audit_hook", "none"] = "none"
+    mount = mount or WorkdirMount(False)
+    if mount.is_mounted:
+        quota = "tmpfs"
+    elif hook and config.max_workdir_mb is not None:
+        quota = "audit_hook"
+    notes += [mount.note] if mount.note else []
     if hook:
-        _install_audit_hook(config, _read_roots(config, workdir), _write_roots(config, workdir))
-    return SandboxReport(abi, netns, no_spawn, hook, rlimits, tuple(notes))
+        max_bytes = config.max_workdir_mb * 2**20 if quota == "audit_hook" else None
+        _install_audit_hook(
+            config, _read_roots(config, workdir), _write_roots(config, workdir), max_bytes
+        )
+    return SandboxReport(abi, netns, no_spawn, hook, rlimits, tuple(notes), quota)
 
 
 def worker_environment(workdir: Path, passed: dict[str, str]) -> dict[str, str]:
@@ -241,6 +324,37 @@ def _enter_workdir(workdir: Path) -> None:
     sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != workdir.resolve()]
 
 
+def _unshare_mounts(libc: ctypes.CDLL) -> None:
+    """A private mount namespace; as an unprivileged user, inside a user namespace of its own
+    that maps this process's user and group to themselves."""
+    if libc.unshare(_CLONE_NEWNS) == 0:
+        return
+    uid, gid = os.getuid(), os.getgid()
+    _libc_check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+
+
+def _copy_in(below: int, workdir: Path) -> str:
+    """Copy what the folder under the tmpfs (open as ``below``, then closed) holds into it;
+    a note if not everything fits."""
+    try:
+        if os.listdir(below):
+            shutil.copytree(f"/proc/self/fd/{below}", workdir, symlinks=True, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        return f"the working folder's files were not all copied into its tmpfs: {exc}"
+    finally:
+        os.close(below)
+    return ""
+
+
+def _libc_check(result: int, call: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{call}: {os.strerror(code)}")
+
+
 def _unshare_network(notes: list[str]) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -289,8 +403,13 @@ def _write_roots(config: SandboxConfig, workdir: Path) -> tuple[str, ...]:
 
 
 def _install_audit_hook(
-    config: SandboxConfig, read_roots: tuple[str, ...], write_roots: tuple[str, ...]
+    config: SandboxConfig,
+    read_roots: tuple[str, ...],
+    write_roots: tuple[str, ...],
+    max_workdir_bytes: int | None,
 ) -> None:
+    """``write_roots[0]`` is the working folder; ``max_workdir_bytes``: its total size, where
+    the hook (not a tmpfs) bounds it."""
     denied = _INTEGRITY_EVENTS
     denied |= _SPAWN_EVENTS if config.deny_spawn else frozenset()
     denied |= _NETWORK_EVENTS if config.deny_network else frozenset()
@@ -306,6 +425,8 @@ def _install_audit_hook(
                 f"sandbox: {what} {resolved!r} is denied: outside the tool's working folder"
             )
 
+    room = _room_check(write_roots[0], max_workdir_bytes) if max_workdir_bytes else None
+
     def hook(event: str, args: tuple) -> None:
         if event in denied:
             raise PermissionError(f"sandbox: {event} is not allowed in this tool")
@@ -318,11 +439,13 @@ def _install_audit_hook(
         elif event == "ctypes.dlopen":
             if args[0] is not None:
                 raise PermissionError(f"sandbox: loading native library {args[0]!r} is denied")
-        elif not confine:
+        if room is not None and event in ("open", "os.truncate"):
+            room(event, args)
+        if not confine:
             return
-        elif event == "open":
+        if event == "open":
             path, mode, flags = args
-            writes = any(c in (mode or "") for c in "wax+") or bool((flags or 0) & _WRITE_FLAGS)
+            writes = _opens_for_writing(mode, flags)
             roots, what = (write_roots, "writing") if writes else (read_roots, "reading")
             check_path(path, roots, what, event)
         elif event in _READ_EVENTS:
@@ -334,3 +457,64 @@ def _install_audit_hook(
             check_path(args[1], write_roots, "moving to", event)
 
     sys.addaudithook(hook)
+
+
+def _room_check(folder: str, max_bytes: int) -> Callable[[str, tuple], None]:
+    """The audit hook's part that keeps ``folder`` under ``max_bytes`` in all (best effort:
+    a file opened before the folder filled up can still grow, up to RLIMIT_FSIZE)."""
+
+    def refuse(path: str) -> OSError:
+        return OSError(
+            errno.ENOSPC,
+            f"sandbox: the working folder is full: {_folder_size(folder) / 2**20:.1f} MiB used of "
+            f"its {max_bytes // 2**20} MiB limit (SandboxConfig.max_workdir_mb); remove files "
+            "to make room",
+            path,
+        )
+
+    def inside(path: str) -> bool:
+        return path == folder or path.startswith(folder + os.sep)
+
+    def check(event: str, args: tuple) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if not _opens_for_writing(mode, flags) or isinstance(path, int) or path is None:
+                return
+            resolved = os.path.realpath(os.fsdecode(path))
+            if inside(resolved) and _folder_size(folder) >= max_bytes:
+                raise refuse(resolved)
+        else:  # os.truncate(path or fd, length)
+            target, length = args
+            resolved = os.path.realpath(
+                f"/proc/self/fd/{target}" if isinstance(target, int) else os.fsdecode(target)
+            )
+            if not inside(resolved):
+                return
+            try:
+                growth = length - os.stat(resolved).st_size
+            except OSError:
+                return
+            if growth > 0 and _folder_size(folder) + growth > max_bytes:
+                raise refuse(resolved)
+
+    return check
+
+
+def _opens_for_writing(mode: str | None, flags: int | None) -> bool:
+    return any(c in (mode or "") for c in "wax+") or bool((flags or 0) & _WRITE_FLAGS)
+
+
+def _folder_size(folder: str) -> int:
+    """Bytes in the files under ``folder`` (apparent sizes: a sparse file counts in full)."""
+    total, stack = 0, [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_size
+        except OSError:  # removed meanwhile
+            continue
+    return total

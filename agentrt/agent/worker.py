@@ -29,8 +29,10 @@ from agentrt.agent.plugin import Invocation, LazyInvocation, Tool, ToolCallError
 from agentrt.agent.sandbox import (
     ResourceLimitError,
     SandboxReport,
+    WorkdirMount,
     apply_sandbox,
     begin_call,
+    mount_workdir,
     worker_environment,
 )
 from agentrt.agent.wire import MAX_FRAME_BYTES, Channel
@@ -160,17 +162,20 @@ class _Worker:
 
     def open(self, msg: OpenMsg) -> Opened:
         workdir = Path(msg.workdir)
+        mount: WorkdirMount | None = None
         try:
             if msg.in_process:
                 signal.signal(signal.SIGXCPU, _on_cpu_limit)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 os.environ.update(msg.env)
+                # NOTE: before open_session, so the tool's own files land in the tmpfs too
+                mount = mount_workdir(self.tool.sandbox, workdir)
             self.session = self.tool.open_session(workdir)
             if not msg.in_process:
                 return Opened(None)
             (workdir / "tmp").mkdir(exist_ok=True)
             _replace_environment(worker_environment(workdir, msg.env))
-            return Opened(apply_sandbox(self.tool.sandbox, workdir))
+            return Opened(apply_sandbox(self.tool.sandbox, workdir, mount))
         except Exception as exc:  # the tool could not start: report, then exit
             return Opened(None, _bounded(f"{self._name()}: could not open the tool: "
                                          f"{_describe(exc)}"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import io
 import linecache
 import os
@@ -108,6 +109,7 @@ class _ReplSession(ToolSession):
                 self.is_running = True
                 exec(code, self.namespace)
             except BaseException as exc:  # noqa: BLE001 - user code: report everything
+                _note_workdir_limit(exc, self.tool.sandbox)
                 _print_exception(exc, out)
                 return exc
             finally:
@@ -227,6 +229,15 @@ class _Output(io.TextIOBase):
 
 def _last(text: str, num_chars: int) -> str:
     return text[len(text) - num_chars :] if num_chars < len(text) else text
+
+
+def _note_workdir_limit(exc: BaseException, sandbox: SandboxConfig) -> None:
+    """Name the limit behind a full working folder: its tmpfs says only "No space left"."""
+    limit = sandbox.max_workdir_mb
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC and limit is not None:
+        if "max_workdir_mb" not in str(exc):  # the audit hook's own message names it
+            exc.add_note(f"the working folder holds at most {limit} MiB in all "
+                         "(SandboxConfig.max_workdir_mb); remove files to make room")
 
 
 def _print_exception(exc: BaseException, out: _Output) -> None:
