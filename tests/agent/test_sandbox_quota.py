@@ -10,11 +10,14 @@ import pickle
 import shutil
 import tempfile
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from toy_tools import EchoTool, ThreadEchoTool
 
-from agentrt.agent import SandboxConfig, ToolRuntime, sandbox
+from agentrt.agent import SandboxConfig, ToolRuntime, sandbox, worker
 from agentrt.agent.sandbox import WorkdirMount, apply_sandbox, mount_workdir
 from agentrt_tools.python_repl import PythonReplTool
 
@@ -32,6 +35,17 @@ USED = textwrap.dedent("""
     import os
     print(sum(os.path.getsize(n) for n in os.listdir(".") if n.endswith(".bin")))
 """)
+
+
+@dataclass(frozen=True)
+class SeedTool(EchoTool):
+    """Writes a file into its working folder while its session opens."""
+
+    name: ClassVar[str] = "seed"
+
+    def open_session(self, workdir):
+        (workdir / "seed.txt").write_text("seeded")
+        return super().open_session(workdir)
 
 
 def run(runtime, code):
@@ -191,3 +205,21 @@ def test_a_native_module_written_into_the_working_folder_does_not_load():
             pytest.skip("the kernel refuses a private mount namespace here")
         obs = run(runtime, code)
     assert obs.is_error and "mine.so: failed to map segment from shared object" in obs.text
+
+
+def test_the_tmpfs_is_there_before_the_tools_session_opens():
+    with ToolRuntime([SeedTool()]) as runtime:
+        report = runtime.sandbox_report("seed")
+        if report.workdir_quota != "tmpfs":
+            pytest.skip("the kernel refuses a private mount namespace here")
+        folder = runtime._slots[("default", "seed")].workdir
+        assert not (folder / "seed.txt").exists()  # written into the tmpfs, not the disk
+
+
+def test_a_thread_tool_never_mounts_in_the_callers_process(monkeypatch):
+    calls = []
+    monkeypatch.setattr(worker, "mount_workdir", lambda *args: calls.append(args))
+    with ToolRuntime([ThreadEchoTool()]) as runtime:
+        assert runtime.run("thread_echo", {"text": "hi"}).text == "text=hi"
+        assert runtime.sandbox_report("thread_echo") is None
+    assert calls == []
