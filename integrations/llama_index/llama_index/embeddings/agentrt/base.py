@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 
 from agentrt_tools.rag.embeddings import MODEL_NAME, Embedder
 from agentrt_tools.rag.index import import_faiss
@@ -39,7 +39,11 @@ class AgentRTEmbedding(BaseEmbedding):
 
     Pass ``embedder=`` to use a given :class:`~agentrt_tools.rag.Embedder`; by default the
     process-wide shared one is loaded at the first call. Async methods run in a worker thread.
+    Copies (``copy.deepcopy``) share the embedder.
     """
+
+    # NOTE: extra="forbid": a misspelt option (``embed_batch_sze=``) is an error, not ignored
+    model_config = ConfigDict(extra="forbid")
 
     model_name: str = Field(default=MODEL_NAME, description="The embedding model.")
     embed_batch_size: int = Field(default=32, gt=0, le=2048,
@@ -53,6 +57,17 @@ class AgentRTEmbedding(BaseEmbedding):
     @classmethod
     def class_name(cls) -> str:
         return "AgentRTEmbedding"
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> AgentRTEmbedding:
+        """A deep copy that shares the embedder (a loaded model, not a value)."""
+        memo = {} if memo is None else memo
+        memo.setdefault(id(self._embedder), self._embedder)
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        # NOTE: LlamaIndex's __getstate__ deletes what does not pickle (the embedder) from the
+        # state it gets, which pydantic shares with the model: give it a copy's
+        return super(AgentRTEmbedding, self.model_copy()).__getstate__()
 
     @property
     def embedder(self) -> Embedder:

@@ -37,10 +37,11 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import ConfigDict, Field, field_validator
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.types import PydanticProgramMode
 from llama_index.llms.agentrt.generation import Progress, prepare_call
 from llama_index.llms.agentrt.messages import keep_first_call, tool_selections
 
@@ -49,7 +50,10 @@ from agentrt.backends import as_backend
 from agentrt.chat import arun_deltas, get_shared_engine, run_deltas
 
 if TYPE_CHECKING:
+    from llama_index.core.bridge.pydantic import BaseModel
+    from llama_index.core.prompts import BasePromptTemplate
     from llama_index.core.tools.types import BaseTool
+    from llama_index.core.types import BasePydanticProgram
 
     from agentrt import Engine
     from agentrt.backends import Backend
@@ -68,8 +72,13 @@ class AgentRT(FunctionCallingLLM):
 
     Pass ``backend=`` to run elsewhere (``get_backend("sglang", url=...)``) or ``engine=`` to
     use an engine you built; otherwise all instances with the same ``model`` and
-    ``engine_kwargs`` share one engine, loaded on first use.
+    ``engine_kwargs`` share one engine, loaded on first use. Copies (``copy.deepcopy``,
+    ``model_copy(deep=True)``) share the engine or backend; only one made with ``model=``
+    pickles (it loads that model's shared engine where it is unpickled).
     """
+
+    # NOTE: extra="forbid": a misspelt option (``max_token=``) is an error, not ignored
+    model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(
         default_factory=env.default_model,
@@ -88,7 +97,8 @@ class AgentRT(FunctionCallingLLM):
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = Field(default=None, description="Seed used when temperature > 0.")
-    stop: list[str] | None = Field(default=None, description="Strings that end generation.")
+    stop: list[str] | None = Field(
+        default=None, description="Strings that end generation (one str: one stop string).")
     timeout: float | None = Field(
         default=None, description="Seconds one call may take (then aborted, TimeoutError).")
     constrained: bool = Field(
@@ -99,6 +109,28 @@ class AgentRT(FunctionCallingLLM):
     @classmethod
     def class_name(cls) -> str:
         return "AgentRT_llm"
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop_string(cls, stop: Any) -> Any:
+        return [stop] if isinstance(stop, str) else stop
+
+    # --- copies --------------------------------------------------------------------------------
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> AgentRT:
+        """A deep copy that shares the engine or backend (a running resource, not a value)."""
+        memo = {} if memo is None else memo
+        for resource in (self.engine, self.backend):
+            memo.setdefault(id(resource), resource)
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        if self.engine is not None or self.backend is not None:
+            raise TypeError("an AgentRT with engine= or backend= cannot be pickled (a running "
+                            "resource); pickle one made with model=: it loads that model's "
+                            "shared engine where it is unpickled")
+        # NOTE: LlamaIndex's __getstate__ deletes what does not pickle from the state it gets,
+        # which pydantic shares with the model: give it a copy's, so this one keeps its own
+        return super(AgentRT, self.model_copy()).__getstate__()
 
     # --- metadata ------------------------------------------------------------------------------
     @property
@@ -139,22 +171,38 @@ class AgentRT(FunctionCallingLLM):
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return self._chat(messages, **kwargs)
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return await self._achat(messages, **kwargs)
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        return self._stream_chat(messages, **kwargs)
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage],
+                           **kwargs: Any) -> ChatResponseAsyncGen:
+        return await self._astream_chat(messages, **kwargs)
+
+    # NOTE: the undecorated twins below run a call; a completion runs them, so that it is one
+    # LLM event (completion), not two (completion + chat: token counters counted it twice)
+    def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         progress = self._progress(messages, kwargs)
         for delta in run_deltas(progress.call):
             progress.feed(delta)
         progress.annotate_session()
         return progress.response()
 
-    @llm_chat_callback()
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+    async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         progress = self._progress(messages, kwargs)
         async for delta in arun_deltas(progress.call):
             progress.feed(delta)
         progress.annotate_session()
         return progress.response()
 
-    @llm_chat_callback()
-    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+    def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         progress = self._progress(messages, kwargs)
 
         def gen() -> ChatResponseGen:
@@ -166,9 +214,8 @@ class AgentRT(FunctionCallingLLM):
 
         return gen()
 
-    @llm_chat_callback()
-    async def astream_chat(self, messages: Sequence[ChatMessage],
-                           **kwargs: Any) -> ChatResponseAsyncGen:
+    async def _astream_chat(self, messages: Sequence[ChatMessage],
+                            **kwargs: Any) -> ChatResponseAsyncGen:
         progress = self._progress(messages, kwargs)
 
         async def gen() -> ChatResponseAsyncGen:
@@ -183,22 +230,22 @@ class AgentRT(FunctionCallingLLM):
     # --- completion: a one-message chat ---------------------------------------------------------
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return chat_to_completion_decorator(self.chat)(prompt, **kwargs)
+        return chat_to_completion_decorator(self._chat)(prompt, **kwargs)
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponse:
-        return await achat_to_completion_decorator(self.achat)(prompt, **kwargs)
+        return await achat_to_completion_decorator(self._achat)(prompt, **kwargs)
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponseGen:
-        return stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
+        return stream_chat_to_completion_decorator(self._stream_chat)(prompt, **kwargs)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
-        return await astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
+        return await astream_chat_to_completion_decorator(self._astream_chat)(prompt, **kwargs)
 
     # --- tools ---------------------------------------------------------------------------------
     def _prepare_chat_with_tools(
@@ -244,3 +291,32 @@ class AgentRT(FunctionCallingLLM):
             detail = f"; invalid calls: {invalid}" if invalid else ""
             raise ValueError(f"Expected at least one tool call, but got 0 tool calls{detail}.")
         return calls
+
+    # --- structured output, streamed -----------------------------------------------------------
+    def _structured_stream_call(self, output_cls: type[BaseModel], prompt: BasePromptTemplate,
+                                llm_kwargs: dict[str, Any] | None = None,
+                                **prompt_args: Any) -> Any:
+        """``stream_structured_predict``'s program, held to its tool (see :meth:`_program`)."""
+        return self._program(output_cls, prompt).stream_call(llm_kwargs=llm_kwargs,
+                                                             **prompt_args)
+
+    async def _structured_astream_call(self, output_cls: type[BaseModel],
+                                       prompt: BasePromptTemplate,
+                                       llm_kwargs: dict[str, Any] | None = None,
+                                       **prompt_args: Any) -> Any:
+        return await self._program(output_cls, prompt).astream_call(llm_kwargs=llm_kwargs,
+                                                                    **prompt_args)
+
+    def _program(self, output_cls: type[BaseModel],
+                 prompt: BasePromptTemplate) -> BasePydanticProgram:
+        """The structured-output program of ``pydantic_program_mode``; a function-calling one
+        must call its tool (``tool_choice="required"``): LlamaIndex's streamed program leaves
+        ``tool_required`` out of its call, and a model free to answer in prose streams an
+        empty object."""
+        from llama_index.core.program.utils import get_program_for_llm
+
+        mode = self.pydantic_program_mode
+        forced = ({"tool_choice": "required"}
+                  if mode in (PydanticProgramMode.DEFAULT, PydanticProgramMode.FUNCTION) else {})
+        return get_program_for_llm(output_cls, prompt, self, pydantic_program_mode=mode,
+                                   **forced)
