@@ -45,7 +45,7 @@ from langchain_agentrt.partial import partial_execution_for
 from langchain_agentrt.react import is_react_agent, react_grammar
 
 try:
-    from langchain_classic.agents import AgentExecutor
+    from langchain_classic.agents import AgentExecutor, AgentExecutorIterator
 except ImportError as exc:  # NOTE: ChatAgentRT needs only langchain-core; the Executor more
     raise ImportError("agentrt.Executor needs langchain-classic (LangChain's AgentExecutor): "
                       "pip install 'langchain-agentrt[executor]'") from exc
@@ -67,6 +67,10 @@ class Executor(AgentExecutor):
     tool_timeout: float | None = None
     """Seconds a tool may run before its step gets a timeout observation (None = no limit)."""
 
+    name: str | None = "AgentExecutor"
+    """The run's name in callbacks, traces and ``astream_events``: ``AgentExecutor``'s, so that
+    a program that picks the executor's events by name finds them."""
+
     _last_scope: SessionScope | None = PrivateAttr(default=None)
 
     @property
@@ -84,13 +88,18 @@ class Executor(AgentExecutor):
             return await super()._acall(inputs, run_manager=run_manager)
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
-        with agent_run(self._new_scope()):
-            yield from super().stream(input, config, **kwargs)
+        """``AgentExecutor.stream`` (actions, steps, output), as one session run."""
+        return _scoped(self._new_scope, super().stream(input, config, **kwargs))
 
-    async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
-        with agent_run(self._new_scope()):
-            async for chunk in super().astream(input, config, **kwargs):
-                yield chunk
+    def astream(self, input: Any, config: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
+        """Async twin of :meth:`stream`."""
+        return _ascoped(self._new_scope, super().astream(input, config, **kwargs))
+
+    def iter(self, inputs: Any, callbacks: Any = None, *, include_run_info: bool = False,
+             async_: bool = False) -> AgentExecutorIterator:
+        """``AgentExecutor.iter``, each iteration of the steps being one session run."""
+        return _ScopedIterator(self, inputs, callbacks, tags=self.tags,
+                               include_run_info=include_run_info)
 
     def _new_scope(self) -> SessionScope:
         """The run's session scope; a ReAct agent's calls are held to the ReAct grammar."""
@@ -110,7 +119,7 @@ class Executor(AgentExecutor):
         args = (name_to_tool_map, color_mapping, agent_action, run_manager)
         try:
             if self.tool_timeout is None:
-                return super()._perform_agent_action(*args)
+                return _outside_run(super()._perform_agent_action, *args)
             return self._run_with_timeout(super()._perform_agent_action, args, agent_action)
         except Exception as exc:
             step = self._error_step(name_to_tool_map, agent_action, exc)
@@ -122,19 +131,21 @@ class Executor(AgentExecutor):
                                      agent_action: AgentAction, run_manager: Any = None
                                      ) -> AgentStep:
         _annotate(agent_action)
-        run = asyncio.ensure_future(super()._aperform_agent_action(
-            name_to_tool_map, color_mapping, agent_action, run_manager))
-        try:
-            done, _ = await asyncio.wait({run}, timeout=self.tool_timeout)
-            if not done:
-                run.cancel()
-                return _timeout_step(agent_action, self.tool_timeout)
-            return run.result()
-        except Exception as exc:
-            step = self._error_step(name_to_tool_map, agent_action, exc)
-            if step is None:
-                raise
-            return step
+        with agent_run():  # NOTE: the tool's own model calls are its own (see _outside_run)
+            run = asyncio.ensure_future(super()._aperform_agent_action(
+                name_to_tool_map, color_mapping, agent_action, run_manager))
+            try:
+                done, _ = await asyncio.wait({run}, timeout=self.tool_timeout)
+                if not done:
+                    return _timeout_step(agent_action, self.tool_timeout)
+                return run.result()
+            except Exception as exc:
+                step = self._error_step(name_to_tool_map, agent_action, exc)
+                if step is None:
+                    raise
+                return step
+            finally:
+                run.cancel()  # NOTE: timed out, or the run was cancelled: so is the tool
 
     def _error_step(self, name_to_tool_map: dict[str, BaseTool], action: AgentAction,
                     exc: Exception) -> AgentStep | None:
@@ -148,12 +159,74 @@ class Executor(AgentExecutor):
 
     def _run_with_timeout(self, run: Any, args: tuple, action: AgentAction) -> AgentStep:
         pool = ThreadPoolExecutor(1, thread_name_prefix="agentrt-tool")
-        future = pool.submit(contextvars.copy_context().run, run, *args)
+        future = pool.submit(contextvars.copy_context().run, _outside_run, run, *args)
         pool.shutdown(wait=False)  # NOTE: a timed-out tool thread finishes in the background
         done, _ = wait([future], timeout=self.tool_timeout)
         if not done:
             return _timeout_step(action, self.tool_timeout)
         return future.result()  # NOTE: re-raises the tool's own exception, TimeoutError included
+
+
+class _ScopedIterator(AgentExecutorIterator):
+    """``AgentExecutor.iter``'s iterator whose steps run as one session run."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return _scoped(self.agent_executor._new_scope, super().__iter__())
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return _ascoped(self.agent_executor._new_scope, super().__aiter__())
+
+
+def _scoped(new_scope: Callable[[], SessionScope], chunks: Iterator[Any]) -> Iterator[Any]:
+    """``chunks``, produced inside one agent run. The run's scope lives in a context of its
+    own: the caller's code between two chunks (its own model calls) is not part of the run."""
+    context = contextvars.copy_context()
+    inner = _in_run(new_scope, chunks)
+    try:
+        while True:
+            try:
+                chunk = context.run(next, inner)
+            except StopIteration:
+                return
+            yield chunk
+    finally:
+        context.run(inner.close)
+
+
+def _in_run(new_scope: Callable[[], SessionScope], chunks: Iterator[Any]) -> Iterator[Any]:
+    with agent_run(new_scope()):
+        yield from chunks
+
+
+async def _ascoped(new_scope: Callable[[], SessionScope],
+                   chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Async twin of :func:`_scoped`: each step of ``chunks`` runs as a task in the run's
+    context (cancelling the caller cancels it)."""
+    context = contextvars.copy_context()
+    inner = _ain_run(new_scope, chunks)
+    try:
+        while True:
+            try:
+                chunk = await asyncio.create_task(anext(inner), context=context)
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        await asyncio.create_task(inner.aclose(), context=context)
+
+
+async def _ain_run(new_scope: Callable[[], SessionScope],
+                   chunks: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    with agent_run(new_scope()):
+        async for chunk in chunks:
+            yield chunk
+
+
+def _outside_run(run: Callable[..., AgentStep], *args: Any) -> AgentStep:
+    """Run a tool: a model call the tool makes itself is its own, not a step of the agent's
+    run (no ReAct grammar, no partial execution, not in the agent's session)."""
+    with agent_run():
+        return run(*args)
 
 
 def _timeout_step(action: AgentAction, seconds: float) -> AgentStep:
