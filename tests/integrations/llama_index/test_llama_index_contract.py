@@ -19,6 +19,8 @@ from llama_index.core.tools import FunctionTool
 from llama_index.llms.agentrt import AgentRT
 from pydantic import BaseModel, ValidationError
 
+from agentrt.chat import render_prompt
+
 QUESTION = "What is the capital of France?"
 MESSAGES = [ChatMessage(role="user", content=QUESTION)]
 
@@ -93,6 +95,26 @@ def test_bad_per_call_options_are_clear_errors(llm):
         with pytest.raises(ValueError, match=next(iter(bad))):
             llm.chat(MESSAGES, **bad)
     assert llm.chat(MESSAGES, max_tokens=None, temperature=None).message.content
+
+
+def test_formatted_prompt_is_the_models_input_as_written(llm, engine):
+    """complete(prompt, formatted=True) (Ollama's raw mode): the prompt was put in a user
+    message of the chat template a second time, its special tokens' texts split."""
+    prompt = render_prompt(engine.tokenizer, [{"role": "user", "content": QUESTION}])
+    raw = llm.complete(prompt, formatted=True)
+    chat = llm.complete(QUESTION)
+    assert raw.text == chat.text and raw.raw["usage"] == chat.raw["usage"]
+    streamed = list(llm.stream_complete(prompt, formatted=True))
+    assert "".join(c.delta for c in streamed) == streamed[-1].text == chat.text
+    assert asyncio.run(llm.acomplete(prompt, formatted=True)).text == chat.text
+
+
+@pytest.mark.xfail(strict=True, reason="core: SamplingParams takes a stop that is not a string "
+                   "(stop=[1]); the engine then fails the request (RuntimeError 'the engine "
+                   "failed while running ...: TypeError') instead of a ValueError at the call")
+def test_a_stop_that_is_not_a_string_is_a_value_error(llm):
+    with pytest.raises(ValueError, match="stop"):
+        llm.complete(QUESTION, stop=[1])
 
 
 # --- callbacks and instrumentation ------------------------------------------------------------

@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.generic_utils import (
-    achat_to_completion_decorator,
-    astream_chat_to_completion_decorator,
-    chat_to_completion_decorator,
-    stream_chat_to_completion_decorator,
+    astream_chat_response_to_completion_response,
+    chat_response_to_completion_response,
+    stream_chat_response_to_completion_response,
 )
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -42,7 +41,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.types import PydanticProgramMode
-from llama_index.llms.agentrt.generation import Progress, prepare_call
+from llama_index.llms.agentrt.generation import Progress, prepare_call, prepare_raw
 from llama_index.llms.agentrt.messages import keep_first_call, tool_selections
 
 from agentrt import DEFAULT_MODEL, SamplingParams, env
@@ -171,81 +170,81 @@ class AgentRT(FunctionCallingLLM):
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return self._chat(messages, **kwargs)
+        return self._run(self._progress(messages, kwargs))
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        return await self._achat(messages, **kwargs)
+        return await self._arun(self._progress(messages, kwargs))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        return self._stream_chat(messages, **kwargs)
+        return self._stream(self._progress(messages, kwargs))
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage],
                            **kwargs: Any) -> ChatResponseAsyncGen:
-        return await self._astream_chat(messages, **kwargs)
+        return self._astream(self._progress(messages, kwargs))
 
-    # NOTE: the undecorated twins below run a call; a completion runs them, so that it is one
-    # LLM event (completion), not two (completion + chat: token counters counted it twice)
-    def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        progress = self._progress(messages, kwargs)
+    # NOTE: undecorated, so that a completion, which runs them too, is one LLM event
+    # (completion), not two (completion + chat: token counters counted it twice)
+    def _run(self, progress: Progress) -> ChatResponse:
         for delta in run_deltas(progress.call):
             progress.feed(delta)
         progress.annotate_session()
         return progress.response()
 
-    async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        progress = self._progress(messages, kwargs)
+    async def _arun(self, progress: Progress) -> ChatResponse:
         async for delta in arun_deltas(progress.call):
             progress.feed(delta)
         progress.annotate_session()
         return progress.response()
 
-    def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        progress = self._progress(messages, kwargs)
+    def _stream(self, progress: Progress) -> ChatResponseGen:
+        for delta in run_deltas(progress.call):
+            response = progress.chunk(delta)
+            if response is not None:
+                yield response
+        progress.annotate_session()
 
-        def gen() -> ChatResponseGen:
-            for delta in run_deltas(progress.call):
-                response = progress.chunk(delta)
-                if response is not None:
-                    yield response
-            progress.annotate_session()
+    async def _astream(self, progress: Progress) -> ChatResponseAsyncGen:
+        async for delta in arun_deltas(progress.call):
+            response = progress.chunk(delta)
+            if response is not None:
+                yield response
+        progress.annotate_session()
 
-        return gen()
+    # --- completion: a one-message chat, or the raw prompt ---------------------------------------
+    def _completion(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> Progress:
+        """The call of ``prompt``: one user message in the chat template; with ``formatted``
+        the model's input as written (see :func:`~.generation.prepare_raw`)."""
+        if not formatted:
+            return self._progress([ChatMessage(role=MessageRole.USER, content=prompt)], kwargs)
+        return Progress(prepare_raw(self, self.get_backend(), prompt, kwargs), self.model_name)
 
-    async def _astream_chat(self, messages: Sequence[ChatMessage],
-                            **kwargs: Any) -> ChatResponseAsyncGen:
-        progress = self._progress(messages, kwargs)
-
-        async def gen() -> ChatResponseAsyncGen:
-            async for delta in arun_deltas(progress.call):
-                response = progress.chunk(delta)
-                if response is not None:
-                    yield response
-            progress.annotate_session()
-
-        return gen()
-
-    # --- completion: a one-message chat ---------------------------------------------------------
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return chat_to_completion_decorator(self._chat)(prompt, **kwargs)
+        """The answer to ``prompt``; ``formatted=True``: ``prompt`` is already in the model's
+        chat format (no template applied, its special-token texts are those tokens)."""
+        response = self._run(self._completion(prompt, formatted, kwargs))
+        return chat_response_to_completion_response(response)
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponse:
-        return await achat_to_completion_decorator(self._achat)(prompt, **kwargs)
+        response = await self._arun(self._completion(prompt, formatted, kwargs))
+        return chat_response_to_completion_response(response)
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False,
                         **kwargs: Any) -> CompletionResponseGen:
-        return stream_chat_to_completion_decorator(self._stream_chat)(prompt, **kwargs)
+        chunks = self._stream(self._completion(prompt, formatted, kwargs))
+        return stream_chat_response_to_completion_response(chunks)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
-        return await astream_chat_to_completion_decorator(self._astream_chat)(prompt, **kwargs)
+        chunks = self._astream(self._completion(prompt, formatted, kwargs))
+        return astream_chat_response_to_completion_response(chunks)
 
     # --- tools ---------------------------------------------------------------------------------
     def _prepare_chat_with_tools(

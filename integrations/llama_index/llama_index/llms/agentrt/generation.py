@@ -14,12 +14,14 @@ response *is* the final one. A reasoning model's ``<think>`` text streams as
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 from llama_index.llms.agentrt.messages import assistant_message, to_openai_messages
 
 from agentrt.chat import ChatCall, ChatProgress, prepare_chat
+from agentrt.chat.formats import detect_reasoning
 from agentrt.session import current_scope
 
 if TYPE_CHECKING:
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from agentrt import StreamDelta
     from agentrt.backends import Backend
 
-__all__ = ["Progress", "prepare_call"]
+__all__ = ["Progress", "prepare_call", "prepare_raw"]
 
 _SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "stop", "timeout")
 _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
@@ -51,6 +53,17 @@ def prepare_call(llm: AgentRT, backend: Backend, messages: Sequence[ChatMessage]
         tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),
         constrained=llm.constrained, **options)
+
+
+def prepare_raw(llm: AgentRT, backend: Backend, prompt: str, kwargs: dict[str, Any]) -> ChatCall:
+    """``complete(prompt, formatted=True)``: ``prompt`` is the model's input as written (as
+    Ollama's raw mode and LlamaCPP take it) — no chat template, the texts of special tokens
+    in it are those tokens, nothing is added (a BOS token is the prompt's to write). The
+    options are a chat call's."""
+    call = prepare_call(llm, backend, [ChatMessage(role=MessageRole.USER, content="")], kwargs)
+    tokenizer = backend.tokenizer
+    return dataclasses.replace(call, prompt_ids=tokenizer.encode(prompt, add_special_tokens=False),
+                               reasoning=detect_reasoning(tokenizer, prompt))
 
 
 class Progress(ChatProgress):
