@@ -1,4 +1,5 @@
-"""A seccomp filter that leaves a tool worker no way to start another process.
+"""A seccomp filter that leaves a tool worker no way to start another process or to loosen its
+confinement.
 
 The audit hook in :mod:`agentrt.agent.sandbox` stops ``os.fork`` and friends, but plain Python can
 reach the raw primitives (``_posixsubprocess.fork_exec``, a ``preexec_fn``), and native code
@@ -6,6 +7,13 @@ ignores audit hooks altogether. This filter is checked by the kernel on every sy
 worker and of all its threads, for good:
 
 - ``fork``, ``vfork``, ``execve``, ``execveat``: refused with ``EPERM``;
+- what would change the worker's view of the system once it is set up: ``unshare``, ``setns``,
+  ``mount``, ``umount2``, ``pivot_root``, ``chroot`` and the new mount API (``open_tree``,
+  ``move_mount``, ``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``) -- the
+  working folder's tmpfs is mounted before the filter -- and what reaches other processes or
+  the kernel itself: ``ptrace``, ``process_vm_readv`` / ``writev``, ``bpf``,
+  ``perf_event_open``, ``userfaultfd``, ``keyctl`` / ``add_key`` / ``request_key``, module and
+  ``kexec`` loading: ``EPERM``;
 - ``clone``: allowed only with ``CLONE_THREAD`` (a new thread of this process), else ``EPERM``;
 - ``clone3``: ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; the C library
   then falls back to ``clone``, which the rule above checks);
@@ -45,12 +53,26 @@ class _Abi:
         self.denied, self.x32 = denied, x32
 
 
+# the new mount API, the same number on every architecture: open_tree, move_mount, fsopen,
+# fsconfig, fsmount, fspick, mount_setattr
+_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)
 _ABIS = {
     # AUDIT_ARCH_X86_64; seccomp=317; clone=56, clone3=435; fork=57, vfork=58, execve=59,
-    # execveat=322
-    "x86_64": _Abi(0xC000003E, 317, 56, 435, (57, 58, 59, 322), True),
-    # AUDIT_ARCH_AARCH64; seccomp=277; clone=220, clone3=435; execve=221, execveat=281
-    "aarch64": _Abi(0xC00000B7, 277, 220, 435, (221, 281), False),
+    # execveat=322; ptrace=101, pivot_root=155, chroot=161, mount=165, umount2=166,
+    # init_module=175, delete_module=176, add_key=248, request_key=249, keyctl=250,
+    # kexec_load=246, unshare=272, perf_event_open=298, setns=308, process_vm_readv=310,
+    # process_vm_writev=311, finit_module=313, kexec_file_load=320, bpf=321, userfaultfd=323
+    "x86_64": _Abi(0xC000003E, 317, 56, 435, (
+        57, 58, 59, 322, 101, 155, 161, 165, 166, 175, 176, 248, 249, 250, 246, 272, 298, 308,
+        310, 311, 313, 320, 321, 323, *_MOUNT_API), True),
+    # AUDIT_ARCH_AARCH64; seccomp=277; clone=220, clone3=435; execve=221, execveat=281;
+    # umount2=39, mount=40, pivot_root=41, chroot=51, unshare=97, kexec_load=104,
+    # init_module=105, delete_module=106, ptrace=117, add_key=217, request_key=218,
+    # keyctl=219, perf_event_open=241, setns=268, process_vm_readv=270,
+    # process_vm_writev=271, finit_module=273, bpf=280, userfaultfd=282, kexec_file_load=294
+    "aarch64": _Abi(0xC00000B7, 277, 220, 435, (
+        221, 281, 39, 40, 41, 51, 97, 104, 105, 106, 117, 217, 218, 219, 241, 268, 270, 271,
+        273, 280, 282, 294, *_MOUNT_API), False),
 }
 
 

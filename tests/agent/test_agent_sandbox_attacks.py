@@ -255,6 +255,37 @@ def test_raw_fork_primitives_are_refused_by_the_kernel(runtime):
     assert group_members(pid) == []
 
 
+@pytest.mark.skipif(not seccomp.is_supported(), reason="no seccomp filter for this machine")
+def test_the_filter_refuses_namespaces_mounts_and_tracing(tmp_path):
+    """Native code past the audit hook cannot undo its confinement: no new namespace, no mount
+    (the working folder's tmpfs could otherwise be unmounted), no ptrace of a neighbour."""
+    import ctypes
+    import errno
+    import os
+
+    target = bytes(tmp_path)  # NOTE: were the filter missing, a mount lands here, not on /tmp
+    pid = os.fork()
+    if pid == 0:  # the child installs the filter, then tries; its exit code says what happened
+        code = 0
+        try:
+            assert seccomp.deny_spawn()
+            libc = ctypes.CDLL(None, use_errno=True)
+            calls = [lambda: libc.unshare(0x00020000),  # CLONE_NEWNS
+                     lambda: libc.unshare(0x10000000),  # CLONE_NEWUSER
+                     lambda: libc.mount(b"none", target, b"tmpfs", 0, None),
+                     lambda: libc.umount2(target, 2),
+                     lambda: libc.ptrace(16, os.getppid(), None, None)]  # PTRACE_ATTACH
+            for bit, call in enumerate(calls):
+                ctypes.set_errno(0)
+                if call() != -1 or ctypes.get_errno() != errno.EPERM:
+                    code |= 1 << bit
+        except BaseException:
+            code = 255
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_close_session_kills_the_whole_process_group():
     trusted = PythonReplTool(sandbox=SandboxConfig(max_wall_s=20, deny_spawn=False))
     with ToolRuntime([trusted]) as rt:
