@@ -10,6 +10,7 @@ import pickle
 
 import numpy as np
 import pytest
+from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
 from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -210,6 +211,26 @@ def test_tools_without_arguments_and_with_nested_ones(tool_llm):
         tool_llm.get_tool_calls_from_response(answer)
 
 
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers and return the product."""
+    return a * b
+
+
+async def _tool_results(agent, question: str) -> list[tuple[str, dict, str]]:
+    handler = agent.run(user_msg=question)
+    results = [(e.tool_name, e.tool_kwargs, str(e.tool_output))
+               async for e in handler.stream_events() if isinstance(e, ToolCallResult)]
+    await handler
+    return results
+
+
+def test_function_agent_runs_a_function_tool(tool_llm):
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(multiply)], llm=tool_llm,
+                          initial_tool_choice="multiply")
+    results = asyncio.run(_tool_results(agent, "What is 6 times 7?"))
+    assert results[0] == ("multiply", {"a": 6, "b": 7}, "42")
+
+
 # --- embeddings -------------------------------------------------------------------------------
 def test_embeddings_batch_contract():
     from llama_index.embeddings.agentrt import AgentRTEmbedding
@@ -223,3 +244,16 @@ def test_embeddings_batch_contract():
     assert np.allclose(embed.get_query_embedding(texts[5]), vectors[5], atol=1e-5)
     clone = copy.deepcopy(embed)
     assert clone.embedder is embed.embedder and clone.embed_batch_size == 8
+
+
+def test_embeddings_refuse_a_model_they_do_not_run():
+    """model_name="BAAI/bge-small-en-v1.5" silently ran all-MiniLM-L6-v2."""
+    from llama_index.embeddings.agentrt import AgentRTEmbedding
+
+    from agentrt_tools.rag import Embedder
+
+    with pytest.raises(ValueError, match="bge-small"):
+        AgentRTEmbedding(model_name="BAAI/bge-small-en-v1.5")
+    embedder = Embedder.load()
+    assert AgentRTEmbedding(embedder=embedder).model_name == embedder.name
+    assert AgentRTEmbedding.from_dict(AgentRTEmbedding().to_dict()).model_name == embedder.name

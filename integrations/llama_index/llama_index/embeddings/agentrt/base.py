@@ -45,12 +45,19 @@ class AgentRTEmbedding(BaseEmbedding):
     # NOTE: extra="forbid": a misspelt option (``embed_batch_sze=``) is an error, not ignored
     model_config = ConfigDict(extra="forbid")
 
-    model_name: str = Field(default=MODEL_NAME, description="The embedding model.")
+    model_name: str = Field(
+        default=MODEL_NAME, description="The embedding model: the bundled all-MiniLM-L6-v2, or "
+                                        "the given embedder's (another name is an error).")
     embed_batch_size: int = Field(default=32, gt=0, le=2048,
                                   description="Texts per forward pass.")
     _embedder: Embedder | None = PrivateAttr(default=None)
 
     def __init__(self, embedder: Embedder | None = None, **kwargs: Any) -> None:
+        name = MODEL_NAME if embedder is None else embedder.name
+        asked = kwargs.setdefault("model_name", name)
+        if asked != name:
+            raise ValueError(f"AgentRTEmbedding runs {name!r}, not model_name={asked!r}; pass "
+                             "embedder= (an agentrt_tools.rag.Embedder) to run another model")
         super().__init__(**kwargs)
         self._embedder = embedder
 
