@@ -2,7 +2,8 @@
 
 LangChain's ReAct agents (``create_react_agent``, and the legacy MRKL ``ZeroShotAgent``)
 expect each model turn to continue ``Thought:`` with one line of thought and then either
-``Action: <tool>`` / ``Action Input: <input>`` (cut at the ``\\nObservation`` stop) or
+``Action: <tool>`` / ``Action Input: <input>`` (cut at the ``\\nObservation`` stop, or the
+legacy agents' ``\\nObservation:``) or
 ``Final Answer: <answer>``. A small model breaks that format most of the time, and every
 break costs an iteration. When :class:`~langchain_agentrt.Executor` runs such an agent with
 a constrained :class:`~langchain_agentrt.ChatAgentRT`, decoding follows this grammar: the
@@ -44,7 +45,9 @@ def react_grammar(tool_names: Sequence[str]) -> str:
     return "\n".join([
         'root ::= thought "\\n" (action | final)',
         "thought ::= [^\\n]{0,120}",  # NOTE: bounded, so max_tokens rarely cuts a turn
-        'action ::= "Action: " tool "\\nAction Input: " line "\\nObservation"',
+        # NOTE: an action ends where the agent's stop cuts it: "\nObservation" (create_react_agent)
+        # and "\nObservation:" (ZeroShotAgent) both match this text, so neither leaves it behind
+        'action ::= "Action: " tool "\\nAction Input: " line "\\nObservation:"',
         f"tool ::= {tools}",
         'final ::= "Final Answer: " line',
         "line ::= [^\\n]+",

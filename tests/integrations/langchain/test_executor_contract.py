@@ -101,6 +101,26 @@ def test_a_tools_own_model_calls_are_not_steps_of_the_agent_run(writer):
     assert seen_grammar == [None, None]
 
 
+def test_a_legacy_mrkl_agent_gets_its_action_input_clean(engine):
+    """``ZeroShotAgent`` (``initialize_agent``'s ReAct) stops at "\nObservation:"; the ReAct
+    grammar ended an action with "\nObservation", so the stop never matched and the tool's
+    input read "search\nObservation"."""
+    from langchain_classic.agents import ZeroShotAgent
+
+    @tool
+    def search(query: str) -> str:
+        """Search the web for facts."""
+        return "Paris"
+
+    llm = ChatAgentRT(engine=engine, max_tokens=64)  # constrained: the ReAct grammar
+    agent = ZeroShotAgent.from_llm_and_tools(llm, [shout, search])
+    ex = agentrt.Executor(agent=agent, tools=[shout, search], max_iterations=1,
+                          return_intermediate_steps=True)
+    steps = ex.invoke({"input": "Search the web for the capital of France."})
+    (action, observation), = steps["intermediate_steps"]
+    assert action.tool == "search" and "Observation" not in action.tool_input, action
+
+
 # --- inputs and outputs --------------------------------------------------------------------------
 @pytest.mark.parametrize("options", [
     {}, {"return_intermediate_steps": True}, {"max_iterations": None},
