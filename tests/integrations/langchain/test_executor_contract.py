@@ -126,6 +126,7 @@ def test_a_legacy_mrkl_agent_gets_its_action_input_clean(engine):
     {}, {"return_intermediate_steps": True}, {"max_iterations": None},
     {"return_intermediate_steps": True, "trim_intermediate_steps": 1, "max_iterations": 3},
     {"return_intermediate_steps": True, "trim_intermediate_steps": lambda s: s[::-1]},
+    {"verbose": True}, {"max_execution_time": 0.0, "return_intermediate_steps": True},
 ])
 def test_outputs_and_scratchpads_are_agentexecutors(options):
     turns = (act("shout", "a"), act("shout", "b"), act("nope", "c"), FINAL)
@@ -139,7 +140,7 @@ def test_outputs_and_scratchpads_are_agentexecutors(options):
     if "intermediate_steps" in ref:
         assert plain_steps(got) == plain_steps(ref)
         assert all(isinstance(a, AgentAction) for a, _ in got["intermediate_steps"])
-        if "trim_intermediate_steps" not in options:
+        if not {"trim_intermediate_steps", "max_execution_time"} & set(options):
             assert "nope is not a valid tool" in got["intermediate_steps"][2][1]
     shown = lambda cls: [[(a.tool, o) for a, o in s] for s in seen[cls]]  # noqa: E731
     assert shown(agentrt.Executor) == shown(AgentExecutor)
@@ -398,12 +399,21 @@ def test_iter_is_one_session_run(react_llm, engine):
     assert not [r for r in engine.core.requests if r.startswith("session-")]
 
 
-def test_cancelled_ainvoke_frees_its_session_and_the_engine_goes_on(react_llm, engine):
+async def _last(chunks):
+    async for chunk in chunks:
+        last = chunk
+    return last
+
+
+@pytest.mark.parametrize("call", ["ainvoke", "astream"])
+def test_a_cancelled_run_frees_its_session_and_the_engine_goes_on(react_llm, engine, call):
     question = {"input": "Shout the word apple."}
     before = _react(react_llm).invoke(question)
 
     async def cancel_midway():
-        task = asyncio.ensure_future(_react(react_llm).ainvoke(question))
+        ex = _react(react_llm)
+        run = ex.ainvoke(question) if call == "ainvoke" else _last(ex.astream(question))
+        task = asyncio.ensure_future(run)
         while not [r for r in engine.core.requests if r.startswith("session-")]:
             assert not task.done()
             await asyncio.sleep(0.005)
