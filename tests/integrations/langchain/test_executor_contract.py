@@ -427,6 +427,15 @@ def test_a_cancelled_run_frees_its_session_and_the_engine_goes_on(react_llm, eng
     assert _react(react_llm).invoke(question)["output"] == before["output"]
 
 
+def test_max_execution_time_during_a_model_call_frees_its_session(react_llm, engine):
+    ex = _react(react_llm)
+    ex.max_execution_time = 0.05  # NOTE: the first prompt's prefill alone takes longer
+    out = asyncio.run(ex.ainvoke({"input": "Shout the word apple."}))
+    assert out["output"] == "Agent stopped due to iteration limit or time limit."
+    time.sleep(0.2)
+    assert not [r for r in engine.core.requests if r.startswith("session-")]
+
+
 @pytest.mark.parametrize("cls", BOTH)
 @pytest.mark.parametrize("stop", ["max_execution_time", "cancel"])
 def test_a_stopped_async_run_stops_its_tool(cls, stop):
