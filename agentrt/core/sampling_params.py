@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
@@ -106,8 +107,17 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if any(not isinstance(s, str) for s in self.stop):
+            bad = next(s for s in self.stop if not isinstance(s, str))
+            raise ValueError(f"stop must be a string or a list of strings, got {_short(bad)} "
+                             f"({type(bad).__name__}) in it")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if any(not isinstance(t, numbers.Integral) or isinstance(t, bool) or t < 0
+               for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be token ids (integers >= 0), got "
+                             f"{_short(list(self.stop_token_ids))}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError("logprobs must be >= 0")
         check_seed(self.seed)

@@ -43,6 +43,17 @@ def test_grammar_is_validated():
         SamplingParams(grammar="root ::= x")  # type: ignore[arg-type]
 
 
+def test_stops_are_strings_and_token_ids():
+    assert SamplingParams(stop="Paris").stop == ("Paris",)
+    assert SamplingParams(stop=["a", "b"], stop_token_ids=[0, 7]).stop_token_ids == (0, 7)
+    for bad in ([1], ["ok", None], [b"bytes"]):
+        with pytest.raises(ValueError, match="stop must be a string or a list of strings"):
+            SamplingParams(stop=bad)  # type: ignore[arg-type]
+    for bad in (["2"], [-1], [True], [1.5]):
+        with pytest.raises(ValueError, match="stop_token_ids must be token ids"):
+            SamplingParams(stop_token_ids=bad)  # type: ignore[arg-type]
+
+
 def test_from_deltas_folds_a_stream():
     deltas = [StreamDelta("r", "Hel", [1], num_prompt_tokens=10, num_cached_tokens=4),
               StreamDelta("r", "lo", [2, 3], num_prompt_tokens=10, num_cached_tokens=4),

@@ -110,9 +110,6 @@ def test_formatted_prompt_is_the_models_input_as_written(llm, engine):
     assert asyncio.run(llm.acomplete(prompt, formatted=True)).text == chat.text
 
 
-@pytest.mark.xfail(strict=True, reason="core: SamplingParams takes a stop that is not a string "
-                   "(stop=[1]); the engine then fails the request (RuntimeError 'the engine "
-                   "failed while running ...: TypeError') instead of a ValueError at the call")
 def test_a_stop_that_is_not_a_string_is_a_value_error(llm):
     with pytest.raises(ValueError, match="stop"):
         llm.complete(QUESTION, stop=[1])
