@@ -101,6 +101,12 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        for name in ("temperature", "top_p", "top_k"):
+            value = getattr(self, name)
+            kind = numbers.Integral if name == "top_k" else numbers.Real
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"{name} must be {'an integer' if name == 'top_k' else 'a number'}"
+                                 f", got {_short(value)}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:

@@ -54,6 +54,14 @@ def test_stops_are_strings_and_token_ids():
             SamplingParams(stop_token_ids=bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("temperature", "hot"), ("temperature", None), ("top_p", "1"), ("top_k", 2.5),
+    ("top_k", True)])
+def test_sampling_numbers_of_the_wrong_type_are_value_errors(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be"):
+        SamplingParams(**{field: value})
+
+
 def test_from_deltas_folds_a_stream():
     deltas = [StreamDelta("r", "Hel", [1], num_prompt_tokens=10, num_cached_tokens=4),
               StreamDelta("r", "lo", [2, 3], num_prompt_tokens=10, num_cached_tokens=4),
