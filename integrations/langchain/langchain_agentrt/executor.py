@@ -207,12 +207,20 @@ async def _ascoped(new_scope: Callable[[], SessionScope],
     try:
         while True:
             try:
-                chunk = await asyncio.create_task(anext(inner), context=context)
+                chunk = await asyncio.create_task(_anext(inner), context=context)
             except StopAsyncIteration:
                 return
             yield chunk
     finally:
-        await asyncio.create_task(inner.aclose(), context=context)
+        await asyncio.create_task(_aclose(inner), context=context)
+
+
+async def _anext(chunks: AsyncIterator[Any]) -> Any:
+    return await anext(chunks)  # NOTE: a coroutine, which create_task takes on every Python
+
+
+async def _aclose(chunks: Any) -> None:
+    await chunks.aclose()
 
 
 async def _ain_run(new_scope: Callable[[], SessionScope],
