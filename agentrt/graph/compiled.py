@@ -10,8 +10,10 @@ of its ``ChatAgentRT`` / ``AgentRT``, by default the local engine).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -66,37 +68,92 @@ def compile(obj: Any, *, backend: Backend | None = None,  # noqa: A001
 
 
 class CompiledGraph:
-    """A lowered chain with the call protocol of a runnable: invoke/ainvoke/batch/abatch."""
+    """A lowered chain with a runnable's call protocol: invoke/ainvoke, batch/abatch (with
+    ``return_exceptions``), stream/astream (the result as one chunk), each taking the
+    framework's per-call ``config`` (LangChain: callbacks, tags, run_name, max_concurrency).
+    """
 
     def __init__(self, graph: Graph, runtime: GraphRuntime | None = None) -> None:
         self.graph = graph
         self.runtime = runtime or GraphRuntime()
 
-    async def ainvoke(self, value: Any, *, query_id: str | None = None) -> Any:
-        """Run the graph on ``value``."""
-        return await self.runtime.arun(self.graph, value, query_id=query_id)
+    async def ainvoke(self, value: Any, config: Any = None, *,
+                      query_id: str | None = None) -> Any:
+        """Run the graph on ``value``; ``config`` reaches every runnable the graph runs."""
+        async def run(value: Any, child_config: Any) -> Any:
+            return await self.runtime.arun(self.graph, value, query_id=query_id,
+                                           config=child_config)
+        if self.graph.around is None:
+            return await run(value, config)
+        return await self.graph.around(run, value, config)
 
-    def invoke(self, value: Any, **kwargs: Any) -> Any:
-        """Sync twin of :meth:`ainvoke` (not from inside a running event loop)."""
-        return anyio.run(lambda: self.ainvoke(value, **kwargs))
+    def invoke(self, value: Any, config: Any = None, **kwargs: Any) -> Any:
+        """Sync twin of :meth:`ainvoke` (inside a running event loop: blocks it, as
+        LangChain's ``invoke`` does, running the graph on a loop of its own thread)."""
+        return _run_sync(lambda: self.ainvoke(value, config, **kwargs))
 
-    async def abatch(self, values: Sequence[Any]) -> list[Any]:
-        """Run one query per value, concurrently: the engine batches their primitives
-        topology-aware (each query is one bucket)."""
+    async def abatch(self, values: Sequence[Any], config: Any = None, *,
+                     return_exceptions: bool = False) -> list[Any]:
+        """Run one query per value, concurrently (at most ``config["max_concurrency"]`` at
+        once): the engine batches their primitives topology-aware (each query is one
+        bucket). ``config`` is one for all or a list, one per value. An error fails the
+        batch, or with ``return_exceptions`` takes its value's slot."""
+        values = list(values)
+        configs = config if isinstance(config, list) else [config] * len(values)
+        if len(configs) != len(values):
+            raise ValueError(f"{len(configs)} configs for {len(values)} inputs")
+        limit = max((c or {}).get("max_concurrency") or 0 for c in configs or [None])
+        slots = anyio.CapacityLimiter(limit or max(len(values), 1))
         tag = next(_batches)
         out: list[Any] = [None] * len(values)
 
         async def one(i: int) -> None:
-            out[i] = await self.ainvoke(values[i], query_id=f"batch{tag}-q{i}")
+            async with slots:
+                try:
+                    out[i] = await self.ainvoke(values[i], configs[i],
+                                                query_id=f"batch{tag}-q{i}")
+                except Exception as exc:  # noqa: BLE001 - reported in its slot or raised below
+                    out[i] = _Raised(exc)
         async with anyio.create_task_group() as tg:
             for i in range(len(values)):
                 tg.start_soon(one, i)
+        for i, v in enumerate(out):
+            if isinstance(v, _Raised):
+                if not return_exceptions:
+                    raise v.error
+                out[i] = v.error
         return out
 
-    def batch(self, values: Sequence[Any]) -> list[Any]:
+    def batch(self, values: Sequence[Any], config: Any = None, *,
+              return_exceptions: bool = False) -> list[Any]:
         """Sync twin of :meth:`abatch`."""
-        return anyio.run(self.abatch, list(values))
+        return _run_sync(lambda: self.abatch(list(values), config,
+                                             return_exceptions=return_exceptions))
+
+    async def astream(self, value: Any, config: Any = None) -> AsyncIterator[Any]:
+        """The result as one chunk (a compiled graph does not stream token by token)."""
+        yield await self.ainvoke(value, config)
+
+    def stream(self, value: Any, config: Any = None) -> Iterator[Any]:
+        """Sync twin of :meth:`astream`."""
+        yield self.invoke(value, config)
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.graph.name!r}, {len(self.graph)} nodes)"
 
+
+class _Raised:
+    """An error a batch item raised (kept apart from a value that is an exception)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _run_sync(fn: Callable[[], Awaitable[Any]]) -> Any:
+    """``anyio.run(fn)``; from inside a running event loop, on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(fn)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, fn).result()

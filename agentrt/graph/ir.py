@@ -20,10 +20,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Graph", "Kind", "Node", "Op"]
+__all__ = ["Around", "Graph", "Kind", "Node", "Op"]
 
 Op = Callable[[dict[str, Any]], Awaitable[Any]]
 """A node's work: awaited with ``{port: value}``; returns the node's output value."""
+Around = Callable[[Callable[[Any, Any], Awaitable[Any]], Any, Any], Awaitable[Any]]
+"""A framework's wrapper of one run (see :attr:`Graph.around`)."""
 
 
 class Kind(enum.StrEnum):
@@ -96,6 +98,10 @@ class Graph:
         self.output: Node = self.input
         self.applied: list[str] = []
         """The passes :func:`agentrt.graph.optimize` applied, in order."""
+        self.around: Around | None = None
+        """How the framework wraps one run (set by its lowering): awaited as
+        ``around(run, value, config)``, it awaits ``run(value, child_config)`` inside its own
+        bookkeeping (LangChain: the root run its callbacks see; children get its config)."""
 
     # --- building ---------------------------------------------------------------------------
     def add(self, kind: Kind, name: str, op: Op | None = None,

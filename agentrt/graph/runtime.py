@@ -52,6 +52,9 @@ class NodeContext:
     ``store["cleanup"]`` run when the run ends, however it ends."""
     spawn: Callable[[Callable[[], Awaitable[Any]]], None]
     """Start a background task that lives as long as the run."""
+    config: Any = None
+    """The caller's per-call config (the framework's own, e.g. LangChain's
+    ``RunnableConfig``): ops pass it to the runnables they run."""
 
 
 _node: contextvars.ContextVar[NodeContext | None] = contextvars.ContextVar(
@@ -76,6 +79,7 @@ class _Run:
     store: dict[str, Any] = field(default_factory=dict)
     trace: list[tuple[str, float, float]] = field(default_factory=list)
     depth_offset: int = 0
+    config: Any = None
 
 
 class GraphRuntime:
@@ -88,14 +92,16 @@ class GraphRuntime:
         """The last run's object store (e.g. ``sessions`` its partial prefills opened)."""
 
     async def arun(self, graph: Graph, value: Any, *, query_id: str | None = None,
-                   depth_offset: int = 0) -> Any:
+                   depth_offset: int = 0, config: Any = None) -> Any:
         """Run ``graph`` on ``value``; returns the output node's value or raises its error.
 
         A graph run inside a node (one item of a map) passes its query and the node's depth
         as ``depth_offset``, so its requests keep their place in the outer query's bucket.
+        ``config`` reaches the ops as :attr:`NodeContext.config`.
         """
         graph.compute_depths()
-        run = _Run(graph, query_id or f"query-{next(_queries)}", depth_offset=depth_offset)
+        run = _Run(graph, query_id or f"query-{next(_queries)}", depth_offset=depth_offset,
+                   config=config)
         for node in graph.nodes:
             run.done[id(node)] = anyio.Event()
         try:
@@ -133,7 +139,7 @@ class GraphRuntime:
         marker = _marker(args.values(), node)
         if marker is not None:
             return marker
-        ctx = NodeContext(node, run.query_id, run.store, spawn)
+        ctx = NodeContext(node, run.query_id, run.store, spawn, run.config)
         token = _node.set(ctx)
         tags = request_tags.set({"group": run.query_id, "depth": node.depth + run.depth_offset})
         start = anyio.current_time()

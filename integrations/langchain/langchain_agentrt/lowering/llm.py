@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import merge_configs
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.vectorstores import VectorStoreRetriever
 
@@ -44,15 +45,16 @@ _LATE = "\u27e6agentrt-late\u27e7"
 
 
 def lower_chat_model(graph: Graph, runnable: Runnable, model: BaseChatModel,
-                     src: Node, backend: Backend | None = None) -> Node:
+                     src: Node, backend: Backend | None = None,
+                     config: RunnableConfig | None = None) -> Node:
     """Prefilling + Decoding for our chat model (on ``backend`` when given, else on its
-    own); an Opaque node for any other."""
+    own); an Opaque node for any other. ``config``: of the ``with_config`` around it."""
     from langchain_agentrt.chat_models import ChatAgentRT
 
     async def invoke(args: dict[str, Any]) -> Any:
-        return await _continue(runnable, args.get("prefill"), args["prompt"])
+        return await _continue(runnable, args.get("prefill"), args["prompt"], config)
     if not isinstance(model, ChatAgentRT):
-        return graph.add(Kind.OPAQUE, runnable.get_name(), _run(runnable), {"x": src})
+        return graph.add(Kind.OPAQUE, runnable.get_name(), _run(runnable, config), {"x": src})
     if backend is not None:
         runnable, model = _on_backend(runnable, model, backend)
     prefill = src
@@ -66,7 +68,7 @@ def lower_chat_model(graph: Graph, runnable: Runnable, model: BaseChatModel,
     decode = graph.add(Kind.DECODING, "decode", invoke, {"prompt": prefill}, engine="llm",
                        model=model.resolved_model_name)
     decode.attrs["stream_op"] = lambda parser, prompt, session: _stream_items(
-        runnable, parser, prompt, session)
+        runnable, parser, prompt, session, config)
     return decode
 
 
@@ -116,9 +118,19 @@ def _on_backend(runnable: Runnable, model: Any, backend: Backend) -> tuple[Runna
 
 
 # --- ops -------------------------------------------------------------------------------------
-def _run(runnable: Runnable):
+def call_config(static: RunnableConfig | None = None) -> RunnableConfig | None:
+    """The config a node's runnable is called with: the run's (the caller's, a child of the
+    compiled chain's root run) merged over ``static`` (the ``with_config`` around it)."""
+    try:
+        config = current_node().config
+    except RuntimeError:  # run outside the graph runtime (an op called directly)
+        config = None
+    return merge_configs(static, config) if static else config
+
+
+def _run(runnable: Runnable, static: RunnableConfig | None):
     async def op(args: dict[str, Any]) -> Any:
-        return await runnable.ainvoke(args["x"])
+        return await runnable.ainvoke(args["x"], call_config(static))
     return op
 
 
@@ -126,20 +138,22 @@ async def _identity(args: dict[str, Any]) -> Any:
     return args["x"]
 
 
-async def _continue(runnable: Runnable, session: Session | None, prompt: Any) -> Any:
+async def _continue(runnable: Runnable, session: Session | None, prompt: Any,
+                    static: RunnableConfig | None) -> Any:
     """Run the call; with a prefilled session, as that session's next call."""
     if session is None:
-        return await runnable.ainvoke(prompt)
+        return await runnable.ainvoke(prompt, call_config(static))
     with agent_run(PinnedScope(session)):
-        return await runnable.ainvoke(prompt)
+        return await runnable.ainvoke(prompt, call_config(static))
 
 
 async def _stream_items(runnable: Runnable, parser: Any, prompt: Any,
-                        session: Session | None) -> AsyncIterator[Any]:
+                        session: Session | None, static: RunnableConfig | None
+                        ) -> AsyncIterator[Any]:
     """The list items of the call's answer, each as soon as the parser completes it."""
-    chain = runnable | parser
+    chain, config = runnable | parser, call_config(static)
     with agent_run(PinnedScope(session)) if session is not None else nullcontext():
-        async for chunk in chain.astream(prompt):
+        async for chunk in chain.astream(prompt, config):
             for item in chunk:
                 yield item
 

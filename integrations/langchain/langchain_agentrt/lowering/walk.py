@@ -10,7 +10,7 @@ that LangChain can run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
@@ -28,9 +28,17 @@ from langchain_core.runnables import (
     RunnableWithFallbacks,
 )
 from langchain_core.runnables.base import RunnableEach
+from langchain_core.runnables.config import (
+    RunnableConfig,
+    ensure_config,
+    get_async_callback_manager_for_config,
+    merge_configs,
+    patch_config,
+)
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
 
 from agentrt.graph import SKIPPED, Failed, Graph, GraphRuntime, Kind, Node, current_node, optimize
+from agentrt.graph.ir import Around
 from agentrt.graph.runtime import gather
 from langchain_agentrt.lowering import llm as llm_ops
 
@@ -48,14 +56,37 @@ def lower_runnable(runnable: Runnable, name: str | None = None, *,
     its ``ChatAgentRT`` calls run on ``backend`` (None: each model's own)."""
     graph = Graph(name or runnable.get_name())
     graph.output = Walker(graph, backend).lower(runnable, graph.input)
+    graph.around = _around(graph.name)
     return graph
 
 
+def _around(name: str) -> Around:
+    """One run as LangChain runs a runnable: a root run for the config's callbacks (named
+    ``run_name`` or the chain's name), whose child config the nodes' runnables get."""
+    async def around(run: Callable[[Any, Any], Awaitable[Any]], value: Any,
+                     config: RunnableConfig | None) -> Any:
+        config = ensure_config(config)
+        manager = get_async_callback_manager_for_config(config)
+        root = await manager.on_chain_start(None, value, name=config.get("run_name") or name,
+                                            run_id=config.pop("run_id", None))
+        try:
+            out = await run(value, patch_config(config, callbacks=root.get_child()))
+        except BaseException as exc:
+            await root.on_chain_error(exc)
+            raise
+        await root.on_chain_end(out)
+        return out
+    return around
+
+
 class Walker:
-    def __init__(self, graph: Graph, backend: Backend | None = None) -> None:
+    def __init__(self, graph: Graph, backend: Backend | None = None,
+                 config: RunnableConfig | None = None) -> None:
         self.graph = graph
         self.backend = backend
         """Where the lowered ``ChatAgentRT`` calls run (None: each model's own backend)."""
+        self.config = config
+        """Config of the ``with_config`` bindings around what is being lowered."""
 
     def lower(self, r: Any, src: Node) -> Node:
         for kind, rule in RULES:
@@ -66,8 +97,10 @@ class Walker:
     def runnable_node(self, kind: Kind, r: Runnable, src: Node, name: str | None = None,
                       **attrs: Any) -> Node:
         """A node that runs ``r.ainvoke`` on its one input."""
+        static = self.config
+
         async def op(args: dict[str, Any]) -> Any:
-            return await r.ainvoke(args["x"])
+            return await r.ainvoke(args["x"], llm_ops.call_config(static))
         return self.graph.add(kind, name or r.get_name(), op, {"x": src}, **attrs)
 
 
@@ -113,23 +146,28 @@ def _lambda(w: Walker, r: RunnableLambda, src: Node) -> Node:
 
 def _binding(w: Walker, r: RunnableBinding, src: Node) -> Node:
     if isinstance(r.bound, BaseChatModel):
-        return llm_ops.lower_chat_model(w.graph, r, r.bound, src, w.backend)
+        return llm_ops.lower_chat_model(w.graph, r, r.bound, src, w.backend, w.config)
     if r.kwargs or r.config_factories or isinstance(r.bound, RunnableEach):
         return w.runnable_node(Kind.OPAQUE, r, src)
-    return w.lower(r.bound, src)  # NOTE: config only (names, tags, callbacks): same values
+    if not r.config:
+        return w.lower(r.bound, src)
+    # the binding's config (tags, callbacks, configurable...) reaches every lowered runnable;
+    # its run_name names one run, which the lowered runnables are not
+    config = {k: v for k, v in r.config.items() if k not in ("run_name", "run_id")}
+    return Walker(w.graph, w.backend, merge_configs(w.config, config)).lower(r.bound, src)
 
 
 def _each(w: Walker, r: RunnableEach, src: Node) -> Node:
     """``.map()``: the bound runnable lowered once into a graph that runs per item (items
     concurrently, in the same query); the node takes the kind of its costliest primitive."""
     sub = Graph(f"map({r.bound.get_name()})")
-    sub.output = Walker(sub, w.backend).lower(r.bound, sub.input)
+    sub.output = Walker(sub, w.backend, w.config).lower(r.bound, sub.input)
     optimize(sub)
 
     async def item_op(item: Any) -> Any:
         ctx = current_node()
         return await GraphRuntime().arun(sub, item, query_id=ctx.query_id,
-                                         depth_offset=ctx.node.depth)
+                                         depth_offset=ctx.node.depth, config=ctx.config)
 
     async def op(args: dict[str, Any]) -> list[Any]:
         return await gather(item_op, list(args["x"]))
@@ -144,11 +182,11 @@ _ENGINES = {Kind.DECODING: "llm", Kind.SEARCHING: "vector", Kind.EMBEDDING: "emb
 
 # --- control flow ----------------------------------------------------------------------------
 def _branch(w: Walker, r: RunnableBranch, src: Node) -> Node:
-    conditions = [cond for cond, _ in r.branches]
+    conditions, static = [cond for cond, _ in r.branches], w.config
 
     async def choose(args: dict[str, Any]) -> int:
         for i, cond in enumerate(conditions):
-            if await cond.ainvoke(args["x"]):
+            if await cond.ainvoke(args["x"], llm_ops.call_config(static)):
                 return i
         return len(conditions)
     cond_node = w.graph.add(Kind.CONDITION, "branch", choose, {"x": src})
@@ -209,7 +247,7 @@ def _prompt(w: Walker, r: BasePromptTemplate, src: Node) -> Node:
 
 
 def _chat_model(w: Walker, r: BaseChatModel, src: Node) -> Node:
-    return llm_ops.lower_chat_model(w.graph, r, r, src, w.backend)
+    return llm_ops.lower_chat_model(w.graph, r, r, src, w.backend, w.config)
 
 
 def _retriever(w: Walker, r: BaseRetriever, src: Node) -> Node:

@@ -1,0 +1,235 @@
+"""compile(chain) keeps LangChain's Runnable contract: the chains people write give
+``chain.invoke``'s result, and the call protocol (config, batch with return_exceptions,
+stream, max_concurrency), errors and cancellation behave as LangChain's own runnable."""
+
+from __future__ import annotations
+
+import asyncio
+from operator import itemgetter
+
+import anyio
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.output_parsers import (
+    JsonOutputParser,
+    PydanticOutputParser,
+    StrOutputParser,
+)
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
+from langchain_core.runnables import (
+    Runnable,
+    RunnableBranch,
+    RunnableLambda,
+    RunnableParallel,
+    RunnablePassthrough,
+)
+from pydantic import BaseModel
+
+from agentrt.graph import compile
+from langchain_agentrt import ChatAgentRT
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def boom(x):
+    raise Boom(f"bad input {x!r}")
+
+
+@pytest.fixture(scope="module")
+def llm(engine):
+    return ChatAgentRT(engine=engine, max_tokens=6)
+
+
+def same(chain: Runnable, value) -> object:
+    expected = chain.invoke(value)
+    assert compile(chain).invoke(value) == expected
+    return expected
+
+
+def assert_idle(engine):
+    load = engine.load()
+    assert load.num_free_blocks + load.num_evictable_blocks == load.num_total_blocks
+
+
+# --- results ---------------------------------------------------------------------------------
+def test_everyday_constructs_give_langchains_result(llm):
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "You are {persona}."), MessagesPlaceholder("history"),
+        ("user", "{question}")]).partial(persona="terse")
+    chain = (
+        RunnablePassthrough.assign(n=lambda d: len(d["question"]))
+        | {"question": itemgetter("question"), "history": RunnableLambda(lambda d: []),
+           "n": itemgetter("n")}
+        | RunnablePassthrough.assign(answer=prompt | llm.bind(stop=["."]) | StrOutputParser())
+        | RunnableLambda(lambda d: {k: d[k] for k in ("answer", "n")}).with_config(
+            run_name="pick")
+    )
+    out = same(chain, {"question": "Name a color"})
+    assert out["n"] == len("Name a color") and isinstance(out["answer"], str)
+
+
+def test_plain_string_input_lambdas_branches_and_nesting(llm):
+    async def shout(s: str) -> str:
+        return s.upper()
+
+    inner = PromptTemplate.from_template("Say {word}") | llm | StrOutputParser()
+    branch = RunnableBranch((lambda s: len(s) > 3, RunnableLambda(shout)),
+                            RunnableLambda(lambda s: RunnableLambda(lambda _: s * 2)))
+    chain = RunnableParallel(word=branch, raw=RunnablePassthrough()) | {
+        "said": inner.with_retry(stop_after_attempt=2), "raw": itemgetter("raw")}
+    fast = compile(chain)
+    for value in ("hi", "hello"):  # an async-only lambda: LangChain runs it with ainvoke
+        expected = anyio.run(chain.ainvoke, value)
+        assert anyio.run(fast.ainvoke, value) == expected and expected["raw"] == value
+
+
+def test_fallbacks_when_the_primary_raises(llm):
+    chain = RunnableLambda(boom).with_fallbacks([RunnableLambda(lambda x: f"ok {x}")])
+    assert same(chain, "q") == "ok q"
+
+
+def test_json_and_pydantic_parsers():
+    class Point(BaseModel):
+        x: int
+        y: int
+
+    fake = RunnableLambda(lambda _: '{"x": 1, "y": 2}')
+    assert same(fake | JsonOutputParser(), "p") == {"x": 1, "y": 2}
+    assert same(fake | PydanticOutputParser(pydantic_object=Point), "p") == Point(x=1, y=2)
+
+
+# --- protocol --------------------------------------------------------------------------------
+class Recorder(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.starts: list[tuple[str | None, list[str]]] = []
+        self.ends = 0
+
+    def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None,
+                       metadata=None, **kwargs):
+        if parent_run_id is None:
+            self.starts.append((kwargs.get("name"), list(tags or [])))
+
+    def on_chain_end(self, outputs, *, run_id, parent_run_id=None, **kwargs):
+        if parent_run_id is None:
+            self.ends += 1
+
+
+def test_invoke_takes_langchains_config():
+    chain = RunnableLambda(lambda x: x + 1) | RunnableLambda(lambda x: x * 2)
+    seen, fast = Recorder(), compile(chain)
+    config = {"callbacks": [seen], "tags": ["t1"], "run_name": "mine"}
+    assert fast.invoke(1, config=config) == chain.invoke(1, config=config) == 4
+    assert seen.starts == [("mine", ["t1"])] * 2 and seen.ends == 2
+    assert anyio.run(lambda: fast.ainvoke(1, {"tags": ["x"]})) == 4
+
+
+def test_batch_return_exceptions_puts_each_error_in_its_slot():
+    chain = RunnableLambda(lambda x: x if x % 2 else boom(x))
+    fast = compile(chain)
+    expected = chain.batch([1, 2, 3], return_exceptions=True)
+    got = fast.batch([1, 2, 3], return_exceptions=True)
+    assert got[0::2] == expected[0::2] == [1, 3]
+    assert type(got[1]) is Boom and str(got[1]) == str(expected[1])
+    got = anyio.run(lambda: fast.abatch([1, 2, 3], return_exceptions=True))
+    assert got[0::2] == [1, 3] and type(got[1]) is Boom
+    with pytest.raises(Boom, match="bad input 2"):
+        fast.batch([1, 2, 3])
+    with pytest.raises(Boom):
+        anyio.run(fast.abatch, [1, 2])
+
+
+def test_batch_honours_max_concurrency():
+    running = peak = 0
+
+    async def step(x):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+        return x
+
+    fast = compile(RunnableLambda(step))
+    assert fast.batch(list(range(6)), config={"max_concurrency": 2}) == list(range(6))
+    assert peak == 2
+    assert fast.batch([], config={"max_concurrency": 2}) == []
+
+
+def test_stream_and_astream_yield_the_result(llm):
+    chain = PromptTemplate.from_template("Say {word}") | llm | StrOutputParser()
+    fast, value = compile(chain), {"word": "hi"}
+    expected = chain.invoke(value)
+    assert "".join(fast.stream(value)) == expected
+
+    async def collect():
+        return [c async for c in fast.astream(value)]
+    assert "".join(anyio.run(collect)) == expected
+
+
+def test_invoke_works_inside_a_running_event_loop():
+    fast = compile(RunnableLambda(lambda x: x + 1))
+
+    async def main():
+        return fast.invoke(1), fast.batch([1, 2])
+    assert anyio.run(main) == (2, [2, 3])
+
+
+# --- errors ----------------------------------------------------------------------------------
+def test_lambda_error_propagates_like_langchain(llm, engine):
+    chain = PromptTemplate.from_template("{q}") | llm | StrOutputParser() | RunnableLambda(boom)
+    with pytest.raises(Boom) as lc:
+        chain.invoke({"q": "hi"})
+    with pytest.raises(Boom) as ours:
+        compile(chain).invoke({"q": "hi"})
+    assert str(ours.value) == str(lc.value)
+    assert_idle(engine)
+    ok = PromptTemplate.from_template("{q}") | llm | StrOutputParser()
+    assert same(ok, {"q": "hi"})  # the engine still serves
+
+
+def test_missing_prompt_variable_is_langchains_error(llm):
+    chain = ChatPromptTemplate.from_template("{a} and {b}") | llm
+    with pytest.raises(KeyError) as lc:
+        chain.invoke({"a": 1})
+    with pytest.raises(type(lc.value)) as ours:
+        compile(chain).invoke({"a": 1})
+    assert str(ours.value) == str(lc.value)
+
+
+def test_cancelled_ainvoke_leaves_no_running_request(engine):
+    llm = ChatAgentRT(engine=engine, max_tokens=400)
+    fast = compile(PromptTemplate.from_template("Count to 500: {x}") | llm)
+
+    async def main():
+        with anyio.move_on_after(0.5):
+            await fast.ainvoke({"x": "1, 2"})
+    anyio.run(main)
+    deadline = anyio.run(lambda: _wait_idle(engine))
+    assert deadline, "a request kept running after its ainvoke was cancelled"
+    assert_idle(engine)
+
+
+async def _wait_idle(engine) -> bool:
+    for _ in range(100):
+        load = engine.load()
+        if load.num_running == load.num_waiting == 0:
+            return True
+        await anyio.sleep(0.05)
+    return False
+
+
+# --- compile time ----------------------------------------------------------------------------
+@pytest.mark.parametrize("obj", [42, "chain", lambda x: x, None])
+def test_compile_of_a_non_runnable_is_a_type_error(obj):
+    with pytest.raises(TypeError, match="lower"):
+        compile(obj)
+
+
+def test_compiling_twice_and_drawing(llm):
+    chain = RunnableParallel(a=RunnablePassthrough(), b=PromptTemplate.from_template("{x}") | llm)
+    first, second = compile(chain), compile(chain)
+    assert first.graph is not second.graph
+    assert first.invoke({"x": "hi"})["b"].content == second.invoke({"x": "hi"})["b"].content
+    assert "Decoding" in str(first.graph) and first.graph.to_mermaid().startswith("flowchart")
