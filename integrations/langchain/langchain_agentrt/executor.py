@@ -20,6 +20,10 @@ and kept.
 With any other model nothing routes through a session, and the Executor is exactly
 ``AgentExecutor``: drop-in means never worse.
 
+A run is one ``invoke``, one ``stream`` or one ``iter``; only the agent's own model calls are
+in it. A tool runs outside it (a tool that calls the model itself gets no ReAct grammar and no
+place in the agent's session), and so does the caller's code between two streamed chunks.
+
 A tool that raises ends the run exactly as under ``AgentExecutor``: LangChain's own
 ``BaseTool.handle_tool_error`` (``True`` / a string / a callable, for ``ToolException``) is
 respected as usual. Two opt-in additions: ``handle_tool_error`` on the Executor, the same
