@@ -330,6 +330,27 @@ def _consume(ex, form: str, writer) -> tuple[list, list, list]:
     return chunks, between, answers
 
 
+def test_a_stream_consumed_step_by_step_in_fresh_contexts_is_one_run():
+    """A server that iterates a sync generator in a thread pool (Starlette's
+    ``iterate_in_threadpool``: each ``next`` in a copy of the caller's context) got steps
+    after the first outside the run, and a ValueError from the scope's reset at the end."""
+    import contextvars
+
+    scopes = []
+
+    def step(inputs):
+        scopes.append(current_scope())
+        return FINAL if inputs["intermediate_steps"] else act("shout", "a")
+
+    agent = RunnableLambda(step) | ReActSingleInputOutputParser()
+    chunks = agentrt.Executor(agent=agent, tools=[shout]).stream({"input": "q"})
+    got = []
+    while (chunk := contextvars.copy_context().run(next, chunks, None)) is not None:
+        got.append(chunk)
+    assert got[-1]["output"] == "done"
+    assert len(scopes) == 2 and scopes[0] is not None and scopes[0] is scopes[1]
+
+
 def test_astream_events_v2(engine):
     """The same events, in the same order, on the real model (a session changes no output)."""
     llm = ChatAgentRT(engine=engine, max_tokens=32, constrained=False)
