@@ -350,6 +350,19 @@ def test_a_stream_consumed_step_by_step_in_fresh_contexts_is_one_run():
     assert got[-1]["output"] == "done"
     assert len(scopes) == 2 and scopes[0] is not None and scopes[0] is scopes[1]
 
+    async def each_step_in_a_task():  # asyncio.wait_for runs each __anext__ as a task
+        chunks = agentrt.Executor(agent=agent, tools=[shout]).astream({"input": "q"})
+        try:
+            while True:
+                got.append(await asyncio.wait_for(anext(chunks), 30))
+        except StopAsyncIteration:
+            pass
+
+    got, scopes = [], []
+    asyncio.run(each_step_in_a_task())
+    assert got[-1]["output"] == "done"
+    assert len(scopes) == 2 and scopes[0] is not None and scopes[0] is scopes[1]
+
 
 def test_astream_events_v2(engine):
     """The same events, in the same order, on the real model (a session changes no output)."""
