@@ -90,6 +90,37 @@ def test_fallbacks_when_the_primary_raises(llm):
     assert same(chain, "q") == "ok q"
 
 
+def _bad(x):
+    raise ValueError("v1")
+
+
+@pytest.mark.parametrize(("chain", "value", "config"), [
+    (RunnablePassthrough(), 5, None),
+    (RunnablePassthrough.assign(a=lambda x: 1), 5, None),  # LangChain's ValueError
+    (RunnableLambda(itemgetter("a")), {"b": 1}, None),
+    (RunnableParallel(a=RunnableLambda(_bad), b=RunnableLambda(boom)), 1, None),
+    (RunnableBranch((lambda x: _bad(x), lambda x: 1), lambda x: 2), 1, None),
+    (RunnableLambda(_bad).with_fallbacks([RunnableLambda(boom)]), 1, None),
+    (RunnableLambda(_bad).with_fallbacks([RunnableLambda(lambda x: 3)],
+                                         exceptions_to_handle=(KeyError,)), 1, None),
+    (RunnableLambda(_bad).with_fallbacks([RunnableLambda(str)], exception_key="e"),
+     {"q": 1}, None),
+    (PromptTemplate.from_template("Q {q} {r}"), {"q": 1}, None),
+    (RunnableLambda(lambda x, config: (config["tags"], config["configurable"]["k"])), 1,
+     {"tags": ["a"], "configurable": {"k": 7}}),
+    (RunnableLambda(lambda x: x + 1).map(), [1, 2], None),
+    (RunnableLambda(_bad).with_retry(stop_after_attempt=2, wait_exponential_jitter=False), 1,
+     None),
+], ids=lambda v: type(v).__name__)
+def test_cpu_chains_give_langchains_value_or_error(chain, value, config):
+    def outcome(run):
+        try:
+            return "ok", run(value, config)
+        except Exception as exc:  # noqa: BLE001 - compared below
+            return type(exc), str(exc)
+    assert outcome(compile(chain).invoke) == outcome(chain.invoke)
+
+
 def test_json_and_pydantic_parsers():
     class Point(BaseModel):
         x: int
@@ -104,10 +135,11 @@ def test_json_and_pydantic_parsers():
 class Recorder(BaseCallbackHandler):
     def __init__(self) -> None:
         self.starts: list[tuple[str | None, list[str]]] = []
-        self.ends = 0
+        self.ends = self.runs = 0
 
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None,
                        metadata=None, **kwargs):
+        self.runs += 1
         if parent_run_id is None:
             self.starts.append((kwargs.get("name"), list(tags or [])))
 
@@ -119,6 +151,9 @@ class Recorder(BaseCallbackHandler):
 def test_invoke_takes_langchains_config():
     chain = RunnableLambda(lambda x: x + 1) | RunnableLambda(lambda x: x * 2)
     seen, fast = Recorder(), compile(chain)
+    bound = Recorder()  # a with_config(callbacks=...) inside the chain still sees its runs
+    inner = compile(RunnableLambda(lambda x: x) | chain.with_config(callbacks=[bound]))
+    assert inner.invoke(1) == 4 and bound.runs == 2
     config = {"callbacks": [seen], "tags": ["t1"], "run_name": "mine"}
     assert fast.invoke(1, config=config) == chain.invoke(1, config=config) == 4
     assert seen.starts == [("mine", ["t1"])] * 2 and seen.ends == 2
@@ -208,6 +243,18 @@ def test_cancelled_ainvoke_leaves_no_running_request(engine):
     anyio.run(main)
     deadline = anyio.run(lambda: _wait_idle(engine))
     assert deadline, "a request kept running after its ainvoke was cancelled"
+    assert_idle(engine)
+
+
+def test_cancelled_abatch_leaves_no_running_request(engine):
+    llm = ChatAgentRT(engine=engine, max_tokens=400)
+    fast = compile(PromptTemplate.from_template("Count to 500: {x}") | llm)
+
+    async def main():
+        with anyio.move_on_after(0.5):
+            await fast.abatch([{"x": "1, 2"}, {"x": "3, 4"}])
+    anyio.run(main)
+    assert anyio.run(lambda: _wait_idle(engine))
     assert_idle(engine)
 
 
