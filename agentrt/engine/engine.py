@@ -9,6 +9,7 @@ through a per-request subscriber; bad input raises in the caller before anything
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,6 +25,8 @@ from agentrt.engine.llm_engine import LLMEngine
 from agentrt.engine.output_processor import StepUpdate, make_update
 from agentrt.engine.outputs import EngineLoad, RequestOutput, StreamDelta
 from agentrt.intercept import CostModel
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["Engine"]
 
@@ -239,14 +242,16 @@ class Engine:
             self._wake.notify()
             update = None if req is None else make_update(req, [], "", True)
         if update is not None and sub is not None:
-            sub(update)
+            self._deliver(request_id, sub, update)
 
     # --- low level --------------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | None = None,
                options: RequestOptions | None = None, *,
                subscriber: Callable[[StepUpdate | BaseException], None] | None = None,
                **fields: Any) -> Request:
-        """Queue a request; ``subscriber`` is called from the driver thread with every update.
+        """Queue a request; ``subscriber`` is called from the driver thread with every update
+        (one that raises -- say its caller's event loop closed -- loses its request: it is
+        aborted, and the engine serves on).
 
         ``options`` (:class:`~agentrt.core.options.RequestOptions`), with keyword ``fields``
         applied on top, go to :meth:`LLMEngine.add_request`. Frees the calling thread's
@@ -309,9 +314,23 @@ class Engine:
                 for u in updates:
                     if u.finished:
                         self._subscribers.pop(u.request.request_id, None)
-            for sub, u in deliveries:
+            for (sub, u), update in zip(deliveries, updates, strict=True):
                 if sub is not None:
-                    sub(u)
+                    self._deliver(update.request.request_id, sub, u)
+
+    def _deliver(self, request_id: str, sub: Callable[[Any], None], item: Any) -> None:
+        """Hand ``item`` to a request's subscriber, never at the driver thread's cost: where
+        the subscriber raises (an asyncio caller whose event loop has closed), the request has
+        no one left to read it and is aborted, freeing its KV."""
+        try:
+            sub(item)
+        except Exception as exc:  # noqa: BLE001 - the caller's failure, not the engine's
+            _log.warning("request %s: its subscriber raised %s: %s; the request is aborted",
+                         request_id, type(exc).__name__, exc)
+            with self._lock:
+                self._subscribers.pop(request_id, None)
+                self.core.abort(request_id)
+                self._wake.notify()
 
     def _fail_all(self, exc: BaseException) -> None:
         """A step raised outside any one request's sampling (those fail alone, see
@@ -320,8 +339,11 @@ class Engine:
         for rid in list(self.core.requests):
             self.core.abort(rid)
         subs, self._subscribers = self._subscribers, {}
-        for sub in subs.values():
-            sub(exc)
+        for rid, sub in subs.items():
+            try:
+                sub(exc)
+            except Exception:  # noqa: BLE001 - that caller is gone; tell the others
+                _log.warning("request %s: its subscriber raised on the engine's failure", rid)
 
     def _check_open(self) -> None:
         if self._closed:

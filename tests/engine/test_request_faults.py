@@ -118,3 +118,26 @@ def test_the_failure_reaches_that_callers_stream(engine, chat):
             deltas.append(delta)
     assert len(deltas) == 1 and not deltas[0].finished  # one token, then the fault
     assert isinstance(e.value.__cause__, RuntimeError)
+
+
+def test_engine_survives_a_caller_loop_that_closed_mid_request():
+    """An asyncio caller whose event loop closed while its request decoded (anyio.run returning
+    after a cancelled call) cannot take the driver thread with it: the orphan is aborted and the
+    engine serves on (found by H33: every later request hung)."""
+    import asyncio
+
+    from agentrt import Engine
+
+    engine = Engine()  # its own: a regression would kill the driver thread it runs on
+    try:
+        loop = asyncio.new_event_loop()
+        deltas = engine.astream("Count to 500: 1, 2", SamplingParams(max_tokens=200))
+        loop.run_until_complete(deltas.__anext__())
+        loop.close()  # the caller's loop is gone while its request still decodes
+        done = threading.Event()
+        threading.Thread(target=lambda: (engine.generate("hi", SamplingParams(max_tokens=2)),
+                                         done.set()), daemon=True).start()
+        assert done.wait(60), "the engine stopped serving"
+        assert not engine.core.requests  # the orphan was aborted, not left decoding
+    finally:
+        engine.close()
