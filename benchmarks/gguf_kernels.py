@@ -9,12 +9,6 @@ GB/s of weight bytes streamed and the fraction of the floor that is.
     python benchmarks/gguf_kernels.py                       # the formats users have most
     python benchmarks/gguf_kernels.py --formats Q4_K Q8_0 --size 4096 --seconds 2
     python benchmarks/gguf_kernels.py --threads 1     # a busy machine: no waits at barriers
-    python benchmarks/gguf_kernels.py --formats Q4_K Q6_K --file-order   # interleaved vs not
-
-On the integer path the layers are loaded as the engine loads them: Q4_K / Q6_K rows
-interleaved 16 at a time where the CPU has AVX-512 VNNI (``agentrt_kernels.cpu.interleave``);
-``--file-order`` adds a column of the same layers in the file's order (the row-at-a-time
-kernels), measured in the same run.
 """
 
 from __future__ import annotations
@@ -83,17 +77,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--min-mb", type=float, default=128, help="weights per format, MB")
-    parser.add_argument("--file-order", action="store_true",
-                        help="also run the integer path on the file's order (not interleaved)")
     args = parser.parse_args()
-    paths = [(a, a == "int8") for a in args.activations]  # (activations, interleave)
-    if args.file_order and "int8" in args.activations:
-        paths.append(("int8", False))
     torch.set_num_threads(args.threads)
     bandwidth = read_bandwidth()
     print(f"threads {torch.get_num_threads()}, read bandwidth {bandwidth:.1f} GB/s (the floor)")
-    labels = [a + (" file" if a == "int8" and not interleave else "") for a, interleave in paths]
-    heads = [f"{label} T={b}" for label in labels for b in args.batches]
+    heads = [f"{a} T={b}" for a in args.activations for b in args.batches]
     print(f"{'format':6} {'B/w':>6} " + " ".join(f"{h:>16}" for h in heads))
     rng = np.random.default_rng(0)
     for name in args.formats:
@@ -101,10 +89,11 @@ def main() -> None:
         count = max(1, int(args.min_mb * 1e6 // first.nbytes))
         layers = [first] + [random_layer(name, args.size, rng) for _ in range(count - 1)]
         cells = []
-        for activations, interleave in paths:
+        for activations in args.activations:
             # as the engine loads them: the integer path interleaves Q4_K / Q6_K rows (a copy)
-            path = [GGUFLinear(w.raw.clone() if interleave else w.raw, w.qtype, w.shape,
-                               activations=activations, interleave=interleave) for w in layers]
+            path = [GGUFLinear(w.raw.clone() if activations == "int8" else w.raw, w.qtype,
+                               w.shape, activations=activations, interleave=True)
+                    for w in layers]
             for rows in args.batches:
                 rate = streamed(path, rows, args.seconds)
                 cells.append(f"{rate:6.1f} GB/s {rate / bandwidth:4.0%}")

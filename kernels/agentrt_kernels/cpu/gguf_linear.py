@@ -380,7 +380,7 @@ def _open() -> _Kernels | None:
 
 class _Int8Kernels(NamedTuple):
     linear: Any
-    linear_x16: Any  # the interleaved k-quant form (AVX-512 VNNI)
+    linear_x16: Any  # the interleaved Q4_K / Q6_K form (AVX-512 VNNI)
     activations: Any
     best_isa: int  # 512 with AVX-512 VNNI, else 256
 
