@@ -90,10 +90,7 @@ def main() -> None:
         layers = [first] + [random_layer(name, args.size, rng) for _ in range(count - 1)]
         cells = []
         for activations in args.activations:
-            # as the engine loads them: the integer path interleaves Q4_K / Q6_K rows (a copy)
-            path = [GGUFLinear(w.raw.clone() if activations == "int8" else w.raw, w.qtype,
-                               w.shape, activations=activations, interleave=True)
-                    for w in layers]
+            path = [GGUFLinear(w.raw, w.qtype, w.shape, activations=activations) for w in layers]
             for rows in args.batches:
                 rate = streamed(path, rows, args.seconds)
                 cells.append(f"{rate:6.1f} GB/s {rate / bandwidth:4.0%}")

@@ -4,9 +4,7 @@ Each linear layer holds its rows as the file stores them (Q4_K, Q6_K, Q8_0, F16,
 through :class:`agentrt_kernels.cpu.gguf_linear.GGUFLinear`; rows that the forward pass fuses
 (Q, K, V; gate, up) are read straight into one buffer when they share a format, else run as
 side-by-side layers. The token embedding stays in its blocks too and is dequantized row by row
-on lookup; a tied output head multiplies into those same blocks (and where it interleaves them,
-:mod:`agentrt_kernels.cpu.interleave`, the lookup reads the interleaved order). Norms and
-biases are float32.
+on lookup; a tied output head multiplies into those same blocks. Norms and biases are float32.
 ``activations`` picks the numeric path of every block-format linear: "float32" (exact weights)
 or "int8" (llama.cpp's integer dot products); :func:`resolve_activations` turns "auto" into one.
 Every matrix is read once into one :class:`~agentrt.models.arena.WeightArena` (huge pages
@@ -50,19 +48,16 @@ def resolve_activations(name: str) -> Activations:
 
 
 class BlockEmbedding:
-    """An embedding lookup in a table kept in GGUF blocks: each looked-up row is dequantized.
-    ``interleaved``: the table's rows are interleaved (by the tied head that shares them)."""
+    """An embedding lookup in a table kept in GGUF blocks: each looked-up row is dequantized."""
 
     def __init__(self, raw: torch.Tensor, qtype: GGMLQuantizationType,
                  shape: tuple[int, int]) -> None:
         self.raw, self.qtype, self.shape = raw, qtype, shape
-        self.interleaved = False
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         from agentrt_kernels.cpu.gguf_linear import dequantize_rows
 
-        return dequantize_rows(self.raw, self.qtype, self.shape, ids,
-                               interleaved=self.interleaved)
+        return dequantize_rows(self.raw, self.qtype, self.shape, ids)
 
 
 class GGUFWeights:
@@ -91,8 +86,6 @@ class GGUFWeights:
                     "quantization='none' converts the file to float32 instead")
         self.file = file
         self._blocks: dict[str, torch.Tensor] = {}
-        self._embeddings: dict[str, BlockEmbedding] = {}
-        self._interleaved: set[str] = set()  # tensors a head interleaved (see head)
         self.arena = WeightArena(sum(-(-t.nbytes // 64) * 64 for t in file.tensors.values()
                                      if len(t.shape) == 2))
         """Where the matrices' blocks are read to."""
@@ -118,25 +111,14 @@ class GGUFWeights:
 
     def embedding(self, name: str) -> Embedding:
         t = self.file.tensors[name]
-        if name not in self._embeddings:
-            self._embeddings[name] = BlockEmbedding(self._read(name), t.qtype,
-                                                    (t.shape[0], t.shape[1]))
-            self._embeddings[name].interleaved = name in self._interleaved
-        return self._embeddings[name]
+        return BlockEmbedding(self._read(name), t.qtype, (t.shape[0], t.shape[1]))
 
     def head(self, name: str) -> Linear:
-        """The output head; a tied one (``name`` also the embedding's) shares its blocks, so
-        the embedding is told when the head interleaves them."""
         from agentrt_kernels.cpu.gguf_linear import GGUFLinear
 
         t = self.file.tensors[name]
-        head = GGUFLinear(self._read(name), t.qtype, (t.shape[0], t.shape[1]),
-                          activations=self.activations, interleave=True)
-        if head.interleaved:
-            self._interleaved.add(name)
-            if name in self._embeddings:
-                self._embeddings[name].interleaved = True
-        return head
+        return GGUFLinear(self._read(name), t.qtype, (t.shape[0], t.shape[1]),
+                          activations=self.activations)
 
     def _read(self, name: str) -> torch.Tensor:
         """A tensor's blocks, read once (the tied head shares the embedding's)."""
@@ -157,4 +139,4 @@ class GGUFWeights:
             t.read_into(raw[start:start + t.shape[0]])
             start += t.shape[0]
         return GGUFLinear(raw, parts[0].qtype, (rows, parts[0].shape[1]), bias,
-                          activations=self.activations, interleave=True)
+                          activations=self.activations)

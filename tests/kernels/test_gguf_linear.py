@@ -206,64 +206,6 @@ def test_int8_linear_equals_its_reference(qtype, shape, rows, isa):
     torch.testing.assert_close(got, exact, rtol=0, atol=0.05 * float(exact.abs().max()))
 
 
-def _interleaves() -> bool:
-    """The integer kernels run their interleaved form here (AVX-512 VNNI)."""
-    kernel = gguf_linear._int8_kernel()
-    return kernel is not None and kernel.best_isa == 512
-
-
-# 16 rows, one group; 48 rows of 17 blocks (three groups, a chunk edge); the head of a tiny vocab
-INTERLEAVED_CASES = [(t, s) for t in (T.Q4_K, T.Q6_K)
-                     for s in ((16, 256), (48, 17 * 256), (512, 512))]
-
-
-@pytest.mark.skipif(not _interleaves(), reason="the interleaved kernels need AVX-512 VNNI")
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 9, 13, 40])
-@pytest.mark.parametrize(("qtype", "shape"), INTERLEAVED_CASES, ids=_name)
-def test_interleaved_int8_linear_equals_its_reference(qtype, shape, rows):
-    """A layer that may interleave its bytes does, computes the integer twin's numbers on the
-    file's bytes, gives those bytes back, and puts them back in place for a narrower kernel."""
-    raw = random_blocks(qtype, shape, seed=rows)
-    file_bytes = raw.clone()
-    gen = torch.Generator().manual_seed(rows)
-    bias = torch.randn(shape[0], generator=gen)
-    layer = GGUFLinear(raw, qtype, shape, bias, activations="int8", interleave=True)
-    assert layer.interleaved and not torch.equal(raw, file_bytes)  # in place: no second copy
-    assert layer.raw.data_ptr() == raw.data_ptr()
-    assert torch.equal(layer.file_bytes().reshape(-1), file_bytes)
-    h = torch.randn(rows, shape[1], generator=gen)
-    _close(layer(h), ref_gguf_linear(file_bytes, qtype, shape, h, bias, activations="int8"))
-    _close(layer(h.double()), ref_gguf_linear(file_bytes, qtype, shape, h.double(), bias,
-                                              activations="int8"))  # the twin's path
-    assert torch.equal(layer.dequantized(), _reference_weight(file_bytes, qtype, shape))
-    index = torch.tensor([[0, shape[0] - 1], [7 % shape[0], 15]])
-    assert torch.equal(dequantize_rows(raw, qtype, shape, index, interleaved=True),
-                       dequantize_rows(file_bytes, qtype, shape, index))
-    layer.isa = 256
-    assert not layer.interleaved and torch.equal(raw, file_bytes)
-    _close(layer(h), ref_gguf_linear(file_bytes, qtype, shape, h, bias, activations="int8"))
-
-
-@pytest.mark.parametrize(("qtype", "shape", "activations"), [
-    (T.Q4_K, (17, 256), "int8"),  # rows not a multiple of 16
-    (T.Q5_K, (16, 256), "int8"),  # no interleaved kernel
-    (T.Q4_K, (16, 256), "float32"),  # the exact path reads the file's order
-])
-def test_layers_without_an_interleaved_form_keep_the_files_order(qtype, shape, activations):
-    raw = random_blocks(qtype, shape)
-    file_bytes = raw.clone()
-    layer = GGUFLinear(raw, qtype, shape, activations=activations, interleave=True)
-    assert not layer.interleaved and torch.equal(raw, file_bytes)
-
-
-def test_interleaving_is_the_owners_choice():
-    """Without ``interleave=True`` a layer never reorders the caller's bytes."""
-    raw = random_blocks(T.Q4_K, (16, 256))
-    file_bytes = raw.clone()
-    assert not GGUFLinear(raw, T.Q4_K, (16, 256), activations="int8").interleaved
-    assert torch.equal(raw, file_bytes)
-
-
 def test_int8_leaves_float_formats_in_float32_and_covers_prefill():
     raw = random_blocks(T.F16, (8, 64))
     h = torch.randn(2, 64)

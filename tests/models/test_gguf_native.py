@@ -247,29 +247,6 @@ def test_int8_activations_give_the_integer_twins_greedy_tokens(tmp_path, monkeyp
     assert max(gap) < 1e-2 < max(drift) < 0.1
 
 
-def test_int8_tied_k_quant_head_interleaves_the_embeddings_blocks(tmp_path, monkeypatch):
-    """A tied Q6_K head on the integer path interleaves the table it shares with the embedding
-    (AVX-512 VNNI); the lookups then read that order, and the tokens stay the twin's."""
-    from agentrt_kernels.cpu import gguf_linear
-
-    hf, arch, name = build("qwen2", **KQUANT_SIZED)
-    kinds = {"token_embd": "Q6_K", "ffn_gate": "Q4_K", "ffn_up": "Q4_K", "ffn_down": "Q6_K"}
-
-    def formats(tensor: str):
-        return qtype(kinds.get(tensor.split(".")[-2], "Q8_0"))
-
-    path = write_gguf(hf, tmp_path / "tied.gguf", arch, name, formats, sync=True,
-                      tokenizer=tiny_tokenizer)
-    out, model = run(path, activations="int8")
-    interleaves = gguf_linear._int8_kernel().best_isa == 512
-    assert model.lm_head.interleaved == model.embed.interleaved == interleaves
-    assert model.lm_head.raw.data_ptr() == model.embed.raw.data_ptr()  # one table, not two
-    want = run_int8(path, monkeypatch, twin=True)
-    assert out.token_ids == want.token_ids
-    gap = [abs(out.logprobs[s][t] - want.logprobs[s][t]) for s, t in enumerate(want.token_ids)]
-    assert max(gap) < 1e-2
-
-
 def _llama3_tokens(writer, gguf) -> None:
     """tiny_tokenizer's vocabulary with Llama 3.1's end-of-turn and end-of-message tokens, which
     llama.cpp's converter names in no metadata key."""

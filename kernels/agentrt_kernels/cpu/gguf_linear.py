@@ -24,9 +24,6 @@ file (``benchmarks/quant_quality.py``: 8 chat prompts, 48 greedy tokens) this pa
 reproduced 2 of llama.cpp's 8 outputs, as the float32 path does, and 149 of 282 tokens
 before the first difference (float32: 132): neither matches it everywhere (llama.cpp keeps
 an f16 KV cache, for one). ``EngineConfig.gguf_activations`` picks the path of an engine.
-With ``interleave=True`` a Q4_K / Q6_K layer on that path (AVX-512 VNNI) interleaves its rows
-16 at a time in place (:mod:`agentrt_kernels.cpu.interleave`), the order its fastest kernel
-reads; :meth:`GGUFLinear.file_bytes` gives the file's order back.
 :func:`dequantize_rows` gives float rows for an embedding lookup. Without a compiler or AVX2
 the layer runs the reference.
 """
@@ -43,7 +40,6 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from agentrt_kernels.cpu.build import KernelUnavailable, load_library
-from agentrt_kernels.cpu.interleave import file_order, file_rows, interleave_, runs_interleaved
 
 __all__ = ["INT8_FORMATS", "MAX_KERNEL_ROWS", "SUPPORTED", "TILE_BYTES", "Activations",
            "GGUFLinear", "bytes_per_row", "dequantize", "dequantize_rows", "ref_gguf_linear",
@@ -167,10 +163,8 @@ def dequantize(raw: torch.Tensor, qtype: GGMLQuantizationType,
 
 
 def dequantize_rows(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
-                    rows: torch.Tensor, *, interleaved: bool = False) -> torch.Tensor:
+                    rows: torch.Tensor) -> torch.Tensor:
     """Float32 rows ``rows`` (any shape of indices) of the weight: an embedding lookup.
-    ``interleaved``: ``raw`` is in the interleaved order (a tied head's, see
-    :attr:`GGUFLinear.interleaved`).
 
     Returns:
         ``(*rows.shape, in_features)`` float32.
@@ -180,10 +174,6 @@ def dequantize_rows(raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= shape[0]):
         raise IndexError(f"row indices must lie in [0, {shape[0]}), got "
                          f"[{int(index.min())}, {int(index.max())}]")
-    if interleaved:
-        picked = file_rows(weight, qtype, index)
-        out = _dequantize(picked, qtype, (index.numel(), shape[1]), None, 0, index.numel())
-        return out.reshape(*rows.shape, shape[1])
     out = _dequantize(weight, qtype, shape, index, 0, index.numel())
     return out.reshape(*rows.shape, shape[1])
 
@@ -219,15 +209,11 @@ class GGUFLinear:
         bias: optional ``(out_features,)``, added in float32.
         activations: ``"float32"`` (exact weights) or ``"int8"`` (llama.cpp's integer dot
             products on 8-bit activations, for the formats of :data:`INT8_FORMATS`).
-        interleave: let the layer interleave ``raw`` in place where its fastest kernel reads
-            that order (Q4_K / Q6_K on the integer path with AVX-512 VNNI, rows a multiple of
-            16: :attr:`interleaved`); ``raw`` then no longer reads as the file's bytes. For an
-            owner of the bytes (the GGUF loader); off by default.
     """
 
     def __init__(self, raw: torch.Tensor, qtype: GGMLQuantizationType, shape: tuple[int, int],
                  bias: torch.Tensor | None = None, *,
-                 activations: Activations = "float32", interleave: bool = False) -> None:
+                 activations: Activations = "float32") -> None:
         if activations not in ("float32", "int8"):
             raise ValueError(f"activations={activations!r}: expected 'float32' or 'int8'")
         self.activations: Activations = activations
@@ -241,11 +227,6 @@ class GGUFLinear:
         self._isa = self._best_isa()
         self._type = int(self.qtype)
         self._pointer = self.raw.data_ptr()  # NOTE: taken once: ~120 calls a decode step
-        self.interleaved = False
-        """``raw`` holds the rows interleaved 16 at a time (see ``interleave=``)."""
-        if interleave and self._int8 is not None and self._isa == 512 and \
-                runs_interleaved(self.qtype, self.out_features):
-            self._set_interleaved(True)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -259,7 +240,7 @@ class GGUFLinear:
         the torch twin runs instead. The weight is ``raw``, the type ``int(qtype)``, the vector
         width :attr:`isa`; a bias is the caller's to add."""
         if self._int8 is not None:
-            return ctypes.cast(self._int8_entry(), ctypes.c_void_p).value, 1, self.raw.shape[1]
+            return ctypes.cast(self._int8.linear, ctypes.c_void_p).value, 1, self.raw.shape[1]
         if self._is_int8 or self._kernel is None:
             return None
         return ctypes.cast(self._kernel.linear, ctypes.c_void_p).value, 0, self.raw.shape[1]
@@ -281,25 +262,7 @@ class GGUFLinear:
         runs = [w for w in (256, 512) if w <= best]
         if width not in runs:
             raise ValueError(f"isa={width}: on this machine the kernel runs at {runs or 'none'}")
-        if width != 512 and self.interleaved:  # the narrower kernels read the file's order
-            self._set_interleaved(False)
         self._isa = width
-
-    def file_bytes(self) -> torch.Tensor:
-        """The weight's bytes in the file's order: ``raw`` itself, or a copy where the rows
-        are interleaved."""
-        return file_order(self.raw, self.qtype) if self.interleaved else self.raw
-
-    def _set_interleaved(self, on: bool) -> None:
-        """Put ``raw`` in (or back out of) the interleaved order, in place."""
-        if on:
-            interleave_(self.raw, self.qtype)
-        else:
-            self.raw.copy_(file_order(self.raw, self.qtype))
-        self.interleaved = on
-
-    def _int8_entry(self) -> Any:
-        return self._int8.linear_x16 if self.interleaved else self._int8.linear
 
     def _best_isa(self) -> int:
         if self._kernel is None:
@@ -313,16 +276,16 @@ class GGUFLinear:
                              f"{tuple(h.shape)}")
         missing = self._kernel is None or (self._int8 is None and self._is_int8)
         if missing or h.dtype != torch.float32:
-            return ref_gguf_linear(self.file_bytes(), self.qtype, self.shape, h, self.bias,
+            return ref_gguf_linear(self.raw, self.qtype, self.shape, h, self.bias,
                                    activations=self.activations)
         if h.shape[0] > MAX_KERNEL_ROWS and self._int8 is None:
             return self._tiled(h)
         h = h.contiguous()
         out = torch.empty(h.shape[0], self.out_features, dtype=torch.float32)
         if self._int8 is not None:
-            self._int8_entry()(self._type, self._pointer, self.raw.shape[1], h.data_ptr(),
-                               h.shape[0], self.in_features, self.out_features, out.data_ptr(),
-                               torch.get_num_threads(), self._isa)
+            self._int8.linear(self._type, self._pointer, self.raw.shape[1], h.data_ptr(),
+                              h.shape[0], self.in_features, self.out_features, out.data_ptr(),
+                              torch.get_num_threads(), self._isa)
         else:
             self._kernel.linear(self._type, self._pointer, h.data_ptr(), h.shape[0],
                                 self.in_features, self.out_features, out.data_ptr(),
@@ -344,8 +307,8 @@ class GGUFLinear:
 
     def dequantized(self) -> torch.Tensor:
         """The whole float32 weight (for tests and conversions; the layer never holds it)."""
-        return _dequantize(self.file_bytes(), self.qtype, self.shape, None, 0,
-                           self.out_features, self._isa)
+        return _dequantize(self.raw, self.qtype, self.shape, None, 0, self.out_features,
+                           self._isa)
 
 
 class _Kernels(NamedTuple):
@@ -380,7 +343,6 @@ def _open() -> _Kernels | None:
 
 class _Int8Kernels(NamedTuple):
     linear: Any
-    linear_x16: Any  # the interleaved Q4_K / Q6_K form (AVX-512 VNNI)
     activations: Any
     best_isa: int  # 512 with AVX-512 VNNI, else 256
 
@@ -398,11 +360,10 @@ def _open_int8() -> _Int8Kernels | None:
     except KernelUnavailable:
         return None
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
-    for linear in (lib.agentrt_gguf_int8_linear, lib.agentrt_gguf_int8_linear_x16):
-        linear.argtypes = [i32, p, i64, p, i64, i64, i64, p, i32, i32]
-        linear.restype = i32
+    lib.agentrt_gguf_int8_linear.argtypes = [i32, p, i64, p, i64, i64, i64, p, i32, i32]
+    lib.agentrt_gguf_int8_linear.restype = i32
     lib.agentrt_gguf_int8_activations.argtypes = [i32, p, i64, i64, p]
     lib.agentrt_gguf_int8_activations.restype = None
     lib.agentrt_gguf_int8_isa.restype = i32
-    return _Int8Kernels(lib.agentrt_gguf_int8_linear, lib.agentrt_gguf_int8_linear_x16,
-                        lib.agentrt_gguf_int8_activations, lib.agentrt_gguf_int8_isa())
+    return _Int8Kernels(lib.agentrt_gguf_int8_linear, lib.agentrt_gguf_int8_activations,
+                        lib.agentrt_gguf_int8_isa())
