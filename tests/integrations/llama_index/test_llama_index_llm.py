@@ -42,6 +42,10 @@ def test_metadata(llm, engine):
     assert meta.context_window == engine.core.max_model_len
     assert meta.num_output == 24 and meta.model_name == DEFAULT_MODEL
     assert llm.model_copy(update={"context_window": 2048}).metadata.context_window == 2048
+    # a window the engine cannot hold would have LlamaIndex pack prompts it then refuses
+    larger = engine.core.max_model_len * 4
+    assert llm.model_copy(update={"context_window": larger}).metadata.context_window == \
+        engine.core.max_model_len
 
 
 def test_chat_usage_is_the_engines(llm, engine):

@@ -103,7 +103,8 @@ class AgentRT(FunctionCallingLLM):
     constrained: bool = Field(
         default=True, description="Grammar-constrain tool calls (needs xgrammar).")
     context_window: int | None = Field(
-        default=None, description="Tokens of prompt + output; None = the engine's limit.")
+        default=None, gt=0, description="Tokens of prompt + output; None = the engine's limit "
+        "(a larger value is reported as the engine's: it cannot hold more).")
 
     @classmethod
     def class_name(cls) -> str:
@@ -134,9 +135,11 @@ class AgentRT(FunctionCallingLLM):
     # --- metadata ------------------------------------------------------------------------------
     @property
     def metadata(self) -> LLMMetadata:
-        """Chat and function-calling model; the context window is the engine's (loads it)."""
+        """Chat and function-calling model; the context window is the engine's (loads it), or
+        ``context_window`` where that is smaller."""
+        limit = self.get_backend().max_model_len
         return LLMMetadata(
-            context_window=self.context_window or self.get_backend().max_model_len,
+            context_window=min(self.context_window or limit, limit),
             num_output=self.max_tokens or _DEFAULT_MAX_TOKENS, is_chat_model=True,
             is_function_calling_model=True, model_name=self.model_name)
 
