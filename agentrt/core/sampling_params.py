@@ -113,10 +113,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if any(not isinstance(s, str) for s in self.stop):
-            bad = next(s for s in self.stop if not isinstance(s, str))
-            raise ValueError(f"stop must be a string or a list of strings, got {_short(bad)} "
-                             f"({type(bad).__name__}) in it")
+        wrong = [s for s in self.stop if not isinstance(s, str)]
+        if wrong:
+            raise ValueError(f"stop must be a string or a list of strings, got "
+                             f"{_short(wrong[0])} ({type(wrong[0]).__name__}) in it")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
         if any(not isinstance(t, numbers.Integral) or isinstance(t, bool) or t < 0

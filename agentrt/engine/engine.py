@@ -309,14 +309,14 @@ class Engine:
                     # NOTE: nothing could run (memory held by paused requests): wait for a
                     # resume, release or abort instead of spinning
                     self._wake.wait(timeout=0.005)
-                deliveries = [(self._subscribers.get(u.request.request_id),
+                deliveries = [(u.request.request_id, self._subscribers.get(u.request.request_id),
                                u if u.error is None else u.error) for u in updates]
                 for u in updates:
                     if u.finished:
                         self._subscribers.pop(u.request.request_id, None)
-            for (sub, u), update in zip(deliveries, updates, strict=True):
+            for rid, sub, u in deliveries:
                 if sub is not None:
-                    self._deliver(update.request.request_id, sub, u)
+                    self._deliver(rid, sub, u)
 
     def _deliver(self, request_id: str, sub: Callable[[Any], None], item: Any) -> None:
         """Hand ``item`` to a request's subscriber, never at the driver thread's cost: where

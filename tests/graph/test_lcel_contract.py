@@ -48,17 +48,6 @@ def same(chain: Runnable, value) -> object:
     return expected
 
 
-@pytest.fixture(scope="module")
-def own_engine():
-    """An engine of the cancellation tests' own: a cancelled request can kill its driver
-    thread (see the xfail below), which must not take the session's engine with it."""
-    from agentrt import Engine
-
-    engine = Engine()
-    yield engine
-    engine.close()
-
-
 def assert_idle(engine):
     load = engine.load()
     assert load.num_free_blocks + load.num_evictable_blocks == load.num_total_blocks
@@ -244,30 +233,20 @@ def test_missing_prompt_variable_is_langchains_error(llm):
     assert str(ours.value) == str(lc.value)
 
 
-def test_cancelled_ainvoke_leaves_no_running_request(own_engine):
-    engine = own_engine
+@pytest.mark.parametrize("call", [
+    lambda fast: fast.ainvoke({"x": "1, 2"}),
+    lambda fast: fast.abatch([{"x": "1, 2"}, {"x": "3, 4"}]),
+], ids=["ainvoke", "abatch"])
+def test_a_cancelled_call_leaves_no_running_request(engine, call):
     llm = ChatAgentRT(engine=engine, max_tokens=400)
     fast = compile(PromptTemplate.from_template("Count to 500: {x}") | llm)
 
     async def main():
         with anyio.move_on_after(0.5):
-            await fast.ainvoke({"x": "1, 2"})
+            await call(fast)
     anyio.run(main)
-    deadline = anyio.run(lambda: _wait_idle(engine))
-    assert deadline, "a request kept running after its ainvoke was cancelled"
-    assert_idle(engine)
-
-
-def test_cancelled_abatch_leaves_no_running_request(own_engine):
-    engine = own_engine
-    llm = ChatAgentRT(engine=engine, max_tokens=400)
-    fast = compile(PromptTemplate.from_template("Count to 500: {x}") | llm)
-
-    async def main():
-        with anyio.move_on_after(0.5):
-            await fast.abatch([{"x": "1, 2"}, {"x": "3, 4"}])
-    anyio.run(main)
-    assert anyio.run(lambda: _wait_idle(engine))
+    assert anyio.run(lambda: _wait_idle(engine)), \
+        "a request kept running after its call was cancelled"
     assert_idle(engine)
 
 
