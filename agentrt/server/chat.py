@@ -110,6 +110,7 @@ class ChatRun(Run):
         self._piece: StreamPiece | None = None
         self._calls: dict[int, ToolCall] = {}
         """The tool calls so far: the stream's deltas merged by index."""
+        self._num_cached_tokens = 0
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -119,6 +120,7 @@ class ChatRun(Run):
         return arun_deltas(self.call)
 
     def add(self, delta: StreamDelta) -> None:
+        self._num_cached_tokens = delta.num_cached_tokens  # NOTE: every delta carries it
         self._piece = self.progress.feed(delta)
         for chunk in self._piece.tool_call_chunks:
             self._merge(chunk)
@@ -172,7 +174,8 @@ class ChatRun(Run):
         return self.progress.finish_reason or "stop"
 
     def usage(self) -> Usage:
-        return Usage.of(self.progress.num_prompt_tokens, self.progress.num_output_tokens)
+        return Usage.of(self.progress.num_prompt_tokens, self.progress.num_output_tokens,
+                        self._num_cached_tokens)
 
 
 def _delta(piece: StreamPiece) -> DeltaMessage:

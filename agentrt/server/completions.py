@@ -63,7 +63,8 @@ def _params(body: CompletionRequest) -> SamplingParams:
     try:
         return SamplingParams(max_tokens=body.max_tokens, temperature=body.temperature,
                               top_p=body.top_p, top_k=body.top_k, seed=body.seed,
-                              stop=body.stops)
+                              stop=body.stops, ignore_eos=body.ignore_eos,
+                              stop_token_ids=tuple(body.stop_token_ids or ()))
     except ValueError as exc:
         raise APIError.bad_request(exc) from exc
 
@@ -76,7 +77,8 @@ async def _complete(runs: list[CompletionRun], response_id: str, model: str) -> 
         for task in tasks:
             task.cancel()
     usage = Usage.of(sum(len(r.prompt_ids) for r in runs),
-                     sum(r.num_output_tokens for r in runs))
+                     sum(r.num_output_tokens for r in runs),
+                     sum(r.call.num_cached_tokens for r in runs))
     return Completion(id=response_id, model=model, choices=[r.choice() for r in runs],
                       usage=usage)
 
@@ -130,7 +132,8 @@ class CompletionRun(Run):
 
     def final_events(self) -> Iterable[Event]:
         if self.include_usage:
-            usage = Usage.of(len(self.prompt_ids), self.num_output_tokens)
+            usage = Usage.of(len(self.prompt_ids), self.num_output_tokens,
+                             self.call.num_cached_tokens)
             yield self._completion([], usage)
 
     def _completion(self, choices: list[CompletionChoice], usage: Usage | None = None

@@ -1,9 +1,11 @@
 """The OpenAI wire format: pydantic models of the requests agentrt serves and its answers.
 
-Requests accept what OpenAI's clients send (unknown fields are ignored, as OpenAI-compatible
-servers do) and reject, with a 400 naming the field, values agentrt cannot honour: ``n`` or
-``best_of`` above 1, ``logprobs``, ``echo``, penalties, ``logit_bias``, a ``seed`` outside
-the signed 64-bit range (vLLM's rule), and malformed message shapes (a content part without
+Requests accept what OpenAI's clients send (unknown fields that cannot change the answer
+are ignored, as OpenAI-compatible servers do) and reject, with a 400 naming the field, values
+agentrt cannot honour: ``n`` or ``best_of`` above 1, ``logprobs``, ``echo``, penalties,
+``logit_bias``, vLLM's and SGLang's sampling extras and OpenAI's ``functions``
+(:mod:`agentrt.server.neutral`), a ``seed`` outside the signed 64-bit range (vLLM's rule),
+and malformed message shapes (a content part without
 a ``type`` or with non-text ``text``, an assistant ``tool_calls`` entry without a
 ``function`` name or with ``arguments`` neither a JSON string nor an object). The endpoints
 check ``max_tokens`` against the context once the prompt is tokenized
@@ -25,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from agentrt.core.sampling_params import check_seed
+from agentrt.server.neutral import ChatExtras, EngineExtras, check_neutral
 
 __all__ = [
     "AssistantMessage",
@@ -45,19 +48,12 @@ __all__ = [
     "MessageToolCall",
     "ModelCard",
     "ModelList",
+    "PromptTokensDetails",
     "StreamOptions",
     "ToolCall",
     "ToolSpec",
     "Usage",
 ]
-
-_UNSUPPORTED: dict[str, Any] = {
-    "n": 1, "best_of": 1, "logprobs": None, "top_logprobs": None, "echo": False,
-    "suffix": None, "logit_bias": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-}
-"""Fields agentrt accepts only at their neutral value: this default, or None / False / 0 where
-the default is "off" (``n=0`` is no neutral ``n``: OpenAI refuses it too)."""
-
 
 # --- requests ----------------------------------------------------------------------------------
 class StreamOptions(BaseModel):
@@ -65,7 +61,7 @@ class StreamOptions(BaseModel):
     """Send a last chunk with ``usage`` (and no choices) before ``[DONE]``."""
 
 
-class _SamplingRequest(BaseModel):
+class _SamplingRequest(EngineExtras):
     """Fields the chat and the legacy completion requests share."""
 
     model_config = ConfigDict(extra="ignore")
@@ -95,7 +91,7 @@ class _SamplingRequest(BaseModel):
                      "frequency_penalty")
     @classmethod
     def _supported(cls, value: Any, info: Any) -> Any:
-        return _check_supported(info.field_name, value)
+        return check_neutral(info.field_name, value)
 
     @field_validator("seed")
     @classmethod
@@ -117,15 +113,6 @@ class _SamplingRequest(BaseModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
-
-
-def _check_supported(name: str, value: Any) -> Any:
-    neutral = _UNSUPPORTED[name]
-    is_off = value is None or value == {} or (value == 0 and not neutral)  # 0 == False == 0.0
-    if is_off or value == neutral:
-        return value
-    hint = "leave it out" if neutral in (None, False) else f"leave it out or use {neutral!r}"
-    raise ValueError(f"{name}={value!r} is not supported by agentrt; {hint}")
 
 
 class ContentPart(BaseModel):
@@ -185,7 +172,7 @@ class ToolSpec(BaseModel):
     function: FunctionSpec
 
 
-class ChatCompletionRequest(_SamplingRequest):
+class ChatCompletionRequest(_SamplingRequest, ChatExtras):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
@@ -216,11 +203,15 @@ class CompletionRequest(_SamplingRequest):
     best_of: int | None = None
     echo: bool = False
     suffix: str | None = None
+    ignore_eos: bool = False
+    """vLLM's extension: the model's EOS does not end the completion (benchmark clients)."""
+    stop_token_ids: list[int] | None = None
+    """vLLM's extension: these token ids end the completion too."""
 
     @field_validator("best_of", "echo", "suffix")
     @classmethod
     def _supported_here(cls, value: Any, info: Any) -> Any:
-        return _check_supported(info.field_name, value)
+        return check_neutral(info.field_name, value)
 
     @property
     def prompts(self) -> list[str | list[int]]:
@@ -240,15 +231,23 @@ class _Sparse(BaseModel):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int
+    """Of the prompt's tokens, those served from the prefix cache (not computed)."""
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
 
     @classmethod
-    def of(cls, num_prompt_tokens: int, num_output_tokens: int) -> Usage:
+    def of(cls, num_prompt_tokens: int, num_output_tokens: int, num_cached_tokens: int
+           ) -> Usage:
         return cls(prompt_tokens=num_prompt_tokens, completion_tokens=num_output_tokens,
-                   total_tokens=num_prompt_tokens + num_output_tokens)
+                   total_tokens=num_prompt_tokens + num_output_tokens,
+                   prompt_tokens_details=PromptTokensDetails(cached_tokens=num_cached_tokens))
 
 
 class FunctionCall(_Sparse):

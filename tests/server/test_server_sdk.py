@@ -1,0 +1,161 @@
+"""A program written against OpenAI's Python SDK, pointed at ``agentrt serve``: what it sends
+works as OpenAI documents it, or fails with a 400 naming the field — never silently different.
+
+The fields other OpenAI-compatible servers honour (vLLM's and SGLang's sampling extras sent
+through ``extra_body``, OpenAI's deprecated ``functions``, audio output) are refused unless
+they ask for nothing; ``usage.prompt_tokens_details.cached_tokens`` is reported as OpenAI
+does. Generations stay short (at most 16 tokens)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import openai
+import pytest
+from pydantic import BaseModel
+
+MODEL = "SmolLM2-135M-Instruct"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+CHAT_PROMPT = ("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+               "<|im_start|>assistant\n")
+"""QUESTION in SmolLM2's chat template, for the legacy endpoint (greedy: 8 tokens, then EOS)."""
+
+
+def _chat(client, **fields):
+    return client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4,
+                                          **fields)
+
+
+# --- fields that would be silently ignored ---------------------------------------------------
+@pytest.mark.parametrize("field, value", [
+    ("repetition_penalty", 1.3), ("min_tokens", 3), ("min_p", 0.1), ("ignore_eos", True),
+    ("stop_token_ids", [2]), ("skip_special_tokens", False),
+    ("include_stop_str_in_output", True), ("guided_json", {"type": "object"}),
+    ("guided_regex", "[0-9]+"), ("guided_choice", ["yes", "no"]), ("use_beam_search", True),
+    ("chat_template_kwargs", {"enable_thinking": False}), ("continue_final_message", True),
+    ("add_generation_prompt", False), ("regex", "[0-9]+"), ("best_of", 2),
+])
+def test_sampling_extras_agentrt_does_not_honour_are_a_400(client, field, value):
+    """vLLM / SGLang users send these through ``extra_body``; ignored, the answer would not be
+    what they asked for (no penalty, no constraint, EOS still ending it)."""
+    with pytest.raises(openai.BadRequestError) as info:
+        _chat(client, extra_body={field: value})
+    error = info.value.body
+    assert error["param"] == field
+    assert f"{field}=" in error["message"] and "not supported by agentrt" in error["message"]
+
+
+def test_sampling_extras_at_their_neutral_value_are_accepted(client):
+    neutral = {"repetition_penalty": 1.0, "min_tokens": 0, "min_p": 0.0, "ignore_eos": False,
+               "stop_token_ids": [], "skip_special_tokens": True, "guided_json": None,
+               "use_beam_search": False, "add_generation_prompt": True,
+               "chat_template_kwargs": {}}
+    assert _chat(client, extra_body=neutral).choices[0].message.content == \
+        _chat(client).choices[0].message.content
+
+
+def test_guided_decoding_error_points_at_response_format(client):
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        _chat(client, extra_body={"guided_json": {"type": "object"}})
+
+
+def test_deprecated_functions_are_a_400_pointing_at_tools(client):
+    """OpenAI still serves ``functions`` / ``function_call``; ignored, the model never calls."""
+    function = {"name": "f", "parameters": {"type": "object", "properties": {}}}
+    with pytest.raises(openai.BadRequestError, match="tools") as info:
+        _chat(client, functions=[function], function_call="auto")
+    assert info.value.body["param"] in ("functions", "function_call")
+
+
+def test_audio_output_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        _chat(client, modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"})
+    assert info.value.body["param"] in ("modalities", "audio")
+    assert _chat(client, modalities=["text"]).choices[0].message.content
+
+
+def test_legacy_logprobs_zero_is_a_400(client):
+    """``logprobs=0`` asks the legacy endpoint for the sampled tokens' logprobs."""
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logprobs=0)
+    assert info.value.body["param"] == "logprobs"
+
+
+# --- what is honoured -------------------------------------------------------------------------
+def test_legacy_ignore_eos_runs_to_max_tokens(client):
+    """Benchmark clients (``vllm bench serve``, SGLang's bench_serving) send ``ignore_eos``."""
+    stops = client.completions.create(model=MODEL, prompt=CHAT_PROMPT, max_tokens=16)
+    assert stops.choices[0].finish_reason == "stop" and stops.usage.completion_tokens < 16
+    runs = client.completions.create(model=MODEL, prompt=CHAT_PROMPT, max_tokens=16,
+                                     extra_body={"ignore_eos": True})
+    assert runs.choices[0].finish_reason == "length" and runs.usage.completion_tokens == 16
+    assert runs.choices[0].text.startswith(stops.choices[0].text)
+
+
+def test_legacy_stop_token_ids_end_the_completion(server, client):
+    sampling = {"max_new_tokens": 8, "temperature": 0}
+    ids = httpx.post(f"{server.url}/generate", json={"text": CHAT_PROMPT,
+                     "sampling_params": sampling}, timeout=120).json()["output_ids"]
+    cut = client.completions.create(model=MODEL, prompt=CHAT_PROMPT, max_tokens=8,
+                                    extra_body={"stop_token_ids": [ids[2]]})
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.usage.completion_tokens == ids.index(ids[2]) + 1
+
+
+def test_usage_reports_cached_prompt_tokens(client):
+    """``usage.prompt_tokens_details.cached_tokens`` as OpenAI sends it: a repeated prompt is
+    served from the prefix cache."""
+    messages = [{"role": "system", "content": "You answer in one short sentence. " * 8},
+                *QUESTION]
+    client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+    again = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < again.usage.prompt_tokens
+    stream = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2,
+                                            stream=True,
+                                            stream_options={"include_usage": True})
+    assert [c.usage for c in stream][-1].prompt_tokens_details.cached_tokens == cached
+    prompt = "The quick brown fox jumps over the lazy dog. " * 8
+    for _ in range(2):
+        legacy = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
+    assert 0 < legacy.usage.prompt_tokens_details.cached_tokens < legacy.usage.prompt_tokens
+
+
+# --- already right, pinned ------------------------------------------------------------------
+class Answer(BaseModel):
+    answer: int
+
+
+def test_parse_with_a_pydantic_model(client):
+    """``chat.completions.parse`` sends a strict ``json_schema``; the answer parses."""
+    completion = client.chat.completions.parse(
+        model=MODEL, messages=[{"role": "user", "content": "What is 12 times 7?"}],
+        response_format=Answer, max_tokens=16)
+    assert isinstance(completion.choices[0].message.parsed, Answer)
+
+
+def test_stream_usage_chunk_is_last_with_no_choices(client):
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=4, stream=True,
+        stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 4
+    assert chunks[-2].choices[0].finish_reason == "length"
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_max_completion_tokens_and_seed(client):
+    first, second = (_chat(client, max_completion_tokens=6, temperature=1.0, seed=7)
+                     for _ in range(2))
+    assert first.usage.completion_tokens == 6 and first.choices[0].finish_reason == "length"
+    assert first.choices[0].message.content == second.choices[0].message.content
+
+
+def test_async_client_streams_what_the_sync_client_gets(client, aclient):
+    async def stream() -> str:
+        async with aclient:
+            chunks = await aclient.chat.completions.create(model=MODEL, messages=QUESTION,
+                                                           max_tokens=4, stream=True)
+            return "".join([c.choices[0].delta.content or "" async for c in chunks])
+
+    assert asyncio.run(stream()) == _chat(client).choices[0].message.content
