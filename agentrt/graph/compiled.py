@@ -6,6 +6,11 @@ lowering`) and imported only when such an object is compiled. A lowering is call
 ``lowering(obj, backend=backend)``: its LLM primitives run through the one call object
 (:class:`agentrt.backends.call.Call`) on ``backend`` — None: on the chain's own (the backend
 of its ``ChatAgentRT`` / ``AgentRT``, by default the local engine).
+
+A package may also register a *front* (:data:`FRONTS`): ``front(compiled, obj)`` wraps the
+:class:`CompiledGraph` in the framework's own type, so that the result goes where ``obj``
+went — a LangChain ``Runnable`` (``|`` composition, ``with_config``, ``astream_events``,
+LangServe), a LlamaIndex query engine (``query`` / ``aquery``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from agentrt.graph.runtime import GraphRuntime
 if TYPE_CHECKING:
     from agentrt.backends.base import Backend
 
-__all__ = ["LOWERINGS", "CompiledGraph", "compile", "lower", "register_lowering"]
+__all__ = ["FRONTS", "LOWERINGS", "CompiledGraph", "compile", "lower", "register_lowering"]
 
 LOWERINGS: Registry[Callable[..., Graph]] = Registry("lowering", {
     "langchain_core": "langchain_agentrt.lowering:lower_runnable",
@@ -36,35 +41,60 @@ LOWERINGS: Registry[Callable[..., Graph]] = Registry("lowering", {
 })
 """Top-level package of a class in the object's MRO → its lowering (or "module:function")."""
 
+FRONTS: Registry[Callable[[CompiledGraph, Any], Any]] = Registry("compiled front", {
+    "langchain_core": "langchain_agentrt.lowering.compiled:CompiledRunnable",
+    "langchain": "langchain_agentrt.lowering.compiled:CompiledRunnable",
+    "langchain_agentrt": "langchain_agentrt.lowering.compiled:CompiledRunnable",
+    "llama_index": "llama_index.llms.agentrt.compiled:compiled_front",
+})
+"""The same packages → ``front(compiled, obj)``: the compiled graph as the framework's own
+type (a package without one gets the :class:`CompiledGraph` itself)."""
+
 _batches = itertools.count()
 
 
-def register_lowering(package: str, lowering: str | Callable[..., Graph]) -> None:
+def register_lowering(package: str, lowering: str | Callable[..., Graph],
+                      front: str | Callable[[CompiledGraph, Any], Any] | None = None) -> None:
     """Lower objects whose classes come from ``package`` with ``lowering`` (called as
-    ``lowering(obj, backend=backend)``)."""
+    ``lowering(obj, backend=backend)``); ``front``, if given, wraps what :func:`compile`
+    returns for them (called as ``front(compiled, obj)``)."""
     LOWERINGS.register(package, lowering)
+    if front is not None:
+        FRONTS.register(package, front)
+
+
+def _package(obj: Any) -> str:
+    """The registered package of the first class in ``obj``'s MRO that has a lowering."""
+    for cls in type(obj).__mro__:
+        package = cls.__module__.split(".")[0]
+        if package in LOWERINGS:
+            return package
+    raise TypeError(f"don't know how to lower a {type(obj).__name__}; register a lowering "
+                    f"for its package with agentrt.graph.register_lowering")
 
 
 def lower(obj: Any, *, backend: Backend | None = None) -> Graph:
     """The (unoptimised) primitive graph of a framework object; its LLM primitives run on
     ``backend`` (None: the backend of the object's own agentrt model)."""
-    for cls in type(obj).__mro__:
-        package = cls.__module__.split(".")[0]
-        if package in LOWERINGS:
-            return LOWERINGS.get(package)(obj, backend=backend)
-    raise TypeError(f"don't know how to lower a {type(obj).__name__}; register a lowering "
-                    f"for its package with agentrt.graph.register_lowering")
+    return LOWERINGS.get(_package(obj))(obj, backend=backend)
 
 
 def compile(obj: Any, *, backend: Backend | None = None,  # noqa: A001
-            optimized: bool = True) -> CompiledGraph:
+            optimized: bool = True) -> Any:
     """Lower ``obj`` and (by default) optimise the graph; the result runs like ``obj``.
+
+    The result is a :class:`CompiledGraph`, wrapped in the framework's own type where its
+    package registered a front (:data:`FRONTS`): a LangChain runnable compiles to a
+    ``Runnable``, a LlamaIndex query engine to a query engine (each with ``.graph``, the
+    primitive graph, and ``.compiled``, the :class:`CompiledGraph`).
 
     ``backend`` (e.g. ``agentrt.get_backend("sglang", url=...)``) runs the chain's agentrt
     model calls there instead of on the model's own backend; other models run as they are.
     """
-    graph = lower(obj, backend=backend)
-    return CompiledGraph(optimize(graph) if optimized else graph)
+    package = _package(obj)
+    graph = LOWERINGS.get(package)(obj, backend=backend)
+    compiled = CompiledGraph(optimize(graph) if optimized else graph)
+    return FRONTS.get(package)(compiled, obj) if package in FRONTS else compiled
 
 
 class CompiledGraph:

@@ -131,6 +131,36 @@ def test_compiled_onto_a_backend_equals_llama_index(index, engine, backend, requ
         assert after.get(GENERATE_OK, 0) - before.get(GENERATE_OK, 0) == 2
 
 
+async def test_compiled_query_engine_is_a_query_engine(index, engine):
+    """What compile returns goes where the query engine went: ``query``/``aquery`` with
+    LlamaIndex's instrumentation events around the run, and a ``QueryEngineTool`` on it."""
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+    from llama_index.core.tools import QueryEngineTool
+
+    class Seen(BaseEventHandler):
+        names: list = []
+
+        def handle(self, event, **kwargs):
+            self.names.append(event.class_name())
+
+    qe = query_engine(index, engine, "compact", 800)
+    expected = qe.query(QUESTION)
+    fast = compile(qe)
+    assert isinstance(fast, BaseQueryEngine) and fast.graph is fast.compiled.graph
+    assert_same_response(fast.query(QUESTION), expected)
+    assert_same_response(await fast.aquery(QueryBundle(QUESTION)), expected)
+    seen = Seen()
+    get_dispatcher().add_event_handler(seen)
+    try:
+        fast.query(QUESTION)
+    finally:
+        get_dispatcher().event_handlers.remove(seen)
+    assert seen.names[0] == "QueryStartEvent" and seen.names[-1] == "QueryEndEvent"
+    tool = QueryEngineTool.from_defaults(fast, name="docs", description="the docs")
+    assert tool.call(QUESTION).content == str(expected)
+
+
 def test_tree_summarize_leaves_run_in_parallel(index, engine):
     graph = compile(query_engine(index, engine, "tree_summarize", 250)).graph
     combine = next(n for n in graph if n.name == "combine prefill")
@@ -181,6 +211,8 @@ def test_retriever_lowers_to_embedding_and_search(index):
     assert kinds(fast.graph) == ["Input", "Transform", "Embedding", "Searching"]
     got, expected = fast.invoke(QUESTION), retriever.retrieve(QUESTION)
     assert [n.node_id for n in got] == [n.node_id for n in expected] and len(got) == TOP_K
+    assert isinstance(fast, BaseRetriever)  # and retrieves as one
+    assert [n.node_id for n in fast.retrieve(QUESTION)] == [n.node_id for n in expected]
 
 
 def test_custom_parts_run_as_opaque_nodes():
@@ -190,3 +222,4 @@ def test_custom_parts_run_as_opaque_nodes():
     fast = compile(Echo())
     assert kinds(fast.graph) == ["Input", "Opaque"]
     assert str(fast.invoke("hello")) == str(Echo().query("hello")) == "olleh"
+    assert str(fast.query("hello")) == "olleh"

@@ -31,8 +31,11 @@ calling ``synthesizer.asynthesize``); a query engine that is not a plain
 ``RetrieverQueryEngine`` (one node calling ``aquery``). A bare retriever lowers to its
 retrieval part.
 
-Not reproduced: LlamaIndex's query/synthesize callback events and instrumentation spans
-around the whole query (the LLM's and the retriever's own events still fire).
+:func:`agentrt.graph.compile` returns a query engine again
+(:mod:`llama_index.llms.agentrt.compiled`), whose ``query`` has LlamaIndex's instrumentation
+span and query events around the run. Not reproduced: the legacy callback manager's
+query/synthesize events of ``RetrieverQueryEngine`` (the LLM's and the retriever's own events
+still fire).
 """
 
 from __future__ import annotations
