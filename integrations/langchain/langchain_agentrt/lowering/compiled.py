@@ -11,8 +11,9 @@ Runs go through the :class:`~agentrt.graph.CompiledGraph` (``invoke``/``ainvoke`
 ``abatch``, one root run per call for the config's callbacks); everything else a runnable
 has — ``|``, ``with_config``/``with_retry``/``with_fallbacks``, ``stream``/``astream`` (the
 result as one chunk), ``astream_events``, ``batch_as_completed`` — is LangChain's own on top
-of those. The input and output schemas, name and drawing are the source chain's, so LangServe
-and ``RunnableWithMessageHistory`` see what they saw before.
+of those. The input and output schemas, name and drawing are the source chain's, so code that
+reads them (a server building its request model from ``get_input_schema()``) sees what it saw
+before.
 """
 
 from __future__ import annotations
