@@ -73,8 +73,9 @@ class _SamplingRequest(EngineExtras):
     stream_options: StreamOptions | None = None
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    """vLLM's extension: keep the k likeliest tokens (0 = off)."""
+    top_k: int = Field(0, ge=-1)
+    """vLLM's extension: keep the k likeliest tokens (0 or -1 = off, as vLLM and SGLang
+    write it)."""
     seed: int | None = None
     """Seed of the sampler (signed 64-bit); with ``temperature`` > 0, the same seed and
     request give the same answer."""
@@ -99,10 +100,15 @@ class _SamplingRequest(EngineExtras):
         check_seed(value)
         return value
 
-    @field_validator("temperature", "top_p", mode="before")
+    @field_validator("temperature", "top_p", "top_k", mode="before")
     @classmethod
     def _null_is_default(cls, value: Any, info: Any) -> Any:
         return cls.model_fields[info.field_name].default if value is None else value
+
+    @field_validator("top_k")
+    @classmethod
+    def _minus_one_is_off(cls, value: int) -> int:
+        return max(value, 0)
 
     @property
     def stops(self) -> tuple[str, ...]:

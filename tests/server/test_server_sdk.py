@@ -82,6 +82,20 @@ def test_legacy_logprobs_zero_is_a_400(client):
     assert info.value.body["param"] == "logprobs"
 
 
+@pytest.mark.parametrize("top_k", [-1, None])
+def test_top_k_off_as_vllm_and_sglang_write_it(client, top_k):
+    """SGLang's default ``top_k`` is -1 (vLLM takes -1 or 0 for "off"), sent by their
+    clients; it was a 400 ("greater than or equal to 0"), as was null."""
+    assert _chat(client, extra_body={"top_k": top_k}).choices[0].message.content == \
+        _chat(client).choices[0].message.content
+
+
+def test_top_k_below_minus_one_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        _chat(client, extra_body={"top_k": -2})
+    assert info.value.body["param"] == "top_k"
+
+
 # --- what is honoured -------------------------------------------------------------------------
 def test_legacy_ignore_eos_runs_to_max_tokens(client):
     """Benchmark clients (``vllm bench serve``, SGLang's bench_serving) send ``ignore_eos``."""
