@@ -5,18 +5,25 @@ All run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model``
 file, a Hugging Face folder, a hub id in the local Hugging Face cache or
 ``ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]``; nothing is downloaded. ``serve`` imports the
 server (the ``[server]`` extra) only when it runs.
+
+Exit statuses: 0 done, 1 an error (a model not found, a prompt over the context, an address in
+use), 2 a usage error (argparse's, and sampling values SamplingParams refuses), 130 Ctrl-C.
+Messages go to stderr; stdout carries only answers, tables and JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
 from typing import get_args
 
+from agentrt._version import __version__
 from agentrt.backends import BACKENDS
 from agentrt.config import CpuDecodeThreads, DType, GGUFActivations, Quantization
 
@@ -25,7 +32,7 @@ __all__ = ["main"]
 
 def _add_model_group(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("--model", default=None,
+    g.add_argument("--model", default=None, type=_model_name,
                    help="a .gguf file, a Hugging Face model folder, a hub id already in the "
                         "local Hugging Face cache (org/name[:QUANT]) or "
                         "ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]; "
@@ -56,6 +63,12 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                         "up; fixed: always --threads, as llama.cpp runs its -t")
 
 
+def _model_name(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty (leave --model out for the default model)")
+    return value
+
+
 def _device(value: str) -> str:
     from agentrt.config import DEVICE_PATTERN
 
@@ -76,12 +89,19 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--system", default=None, help="system prompt for the chat template")
 
 
+class _UsageError(ValueError):
+    """A bad argument found after parsing; reported as argparse reports its own (status 2)."""
+
+
 def _params(args: argparse.Namespace):
     from agentrt import SamplingParams
 
-    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                          top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                          stop=tuple(args.stop))
+    try:
+        return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                              top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                              stop=tuple(args.stop))
+    except (TypeError, ValueError) as exc:
+        raise _UsageError(str(exc)) from None
 
 
 def _engine(args: argparse.Namespace):
@@ -102,13 +122,14 @@ def _messages(system: str | None) -> list[dict[str, str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Answer one prompt, streaming the reply to stdout."""
-    params = _params(args)
+    """Answer one prompt, streaming the reply to stdout. The prompt is the argument, or stdin
+    when the argument is left out or is -."""
+    text, params = _prompt(args), _params(args)
     engine = _engine(args)
-    prompt = args.prompt if args.raw else _render(
-        engine, _messages(args.system) + [{"role": "user", "content": args.prompt}])
     start, n = time.perf_counter(), 0
     try:
+        prompt = text if args.raw else _render(
+            engine, _messages(args.system) + [{"role": "user", "content": text.strip()}])
         for delta in engine.stream(prompt, params):
             n += len(delta.token_ids)
             print(delta.text, end="", flush=True)
@@ -121,29 +142,98 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prompt(args: argparse.Namespace) -> str:
+    text = args.prompt
+    if text is None or text == "-":
+        if text is None and sys.stdin.isatty():
+            raise _UsageError("give the prompt as an argument, or on stdin: "
+                              "echo 'Hello' | agentrt run")
+        text = sys.stdin.read()
+    if not text.strip():
+        raise _UsageError("the prompt is empty")
+    return text
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
-    """Interactive chat; the shared conversation prefix is served from the prefix cache."""
+    """Chat with the model, one line a message; the conversation so far is served from the
+    prefix cache. On a terminal it prompts with you> and assistant>; with stdin from a pipe or
+    a file each line is a message and stdout holds only the answers, one line each."""
     params = _params(args)
     engine = _engine(args)
+    tty = sys.stdin.isatty()
+    if tty:
+        print("agentrt chat: /? for help, /bye or Ctrl-D to quit", file=sys.stderr)
     messages = _messages(args.system)
-    print("agentrt chat — empty line or Ctrl-D to quit", file=sys.stderr)
     try:
-        while True:
-            try:
-                line = input("you> ").strip()
-            except EOFError:
-                break
-            if not line:
-                break
-            messages.append({"role": "user", "content": line})
-            print("assistant> ", end="", flush=True)
-            reply = "".join(_echo(d.text) for d in engine.stream(_render(engine, messages),
-                                                                 params))
-            print()
-            messages.append({"role": "assistant", "content": reply})
+        while (line := _read_line(tty)) is not None:
+            if line.startswith("/"):
+                if not _chat_command(line, messages, args.system):
+                    break
+            elif line:
+                _chat_turn(engine, params, messages, line, tty)
     finally:
         engine.close()
     return 0
+
+
+_CHAT_HELP = """commands:
+  /bye, /exit    end the chat (so does Ctrl-D)
+  /clear         forget the conversation (keeps --system)
+  /?, /help      this list
+Ctrl-C stops an answer (that turn is forgotten); an empty line is ignored."""
+
+
+def _read_line(tty: bool) -> str | None:
+    """The user's next line, stripped; None at the end of input (Ctrl-D). Ctrl-C at a
+    terminal's prompt only says how to quit, as in Ollama; elsewhere it ends the chat (130)."""
+    while True:
+        try:
+            return input("you> " if tty else "").strip()
+        except EOFError:
+            if tty:
+                print()
+            return None
+        except KeyboardInterrupt:
+            if not tty:
+                raise
+            print("\n(/bye or Ctrl-D to quit)", file=sys.stderr)
+
+
+def _chat_command(line: str, messages: list[dict[str, str]], system: str | None) -> bool:
+    """Run a /command; False when it ends the chat."""
+    name = line.split()[0]
+    if name in ("/bye", "/exit"):
+        return False
+    if name == "/clear":
+        messages[:] = _messages(system)
+        print("(conversation cleared)", file=sys.stderr)
+    elif name in ("/?", "/help"):
+        print(_CHAT_HELP, file=sys.stderr)
+    else:
+        print(f"unknown command {name[:40]!r}; /? lists the commands", file=sys.stderr)
+    return True
+
+
+def _chat_turn(engine, params, messages: list[dict[str, str]], line: str, tty: bool) -> None:
+    """Answer one message; the turn joins the conversation only when its answer is whole (a
+    Ctrl-C or a conversation over the context leaves it as it was)."""
+    turn = [*messages, {"role": "user", "content": line}]
+    if tty:
+        print("assistant> ", end="", flush=True)
+    parts: list[str] = []
+    try:
+        with contextlib.closing(engine.stream(_render(engine, turn), params)) as deltas:
+            parts.extend(_echo(delta.text) for delta in deltas)
+    except KeyboardInterrupt:
+        print()
+        print("(answer interrupted)", file=sys.stderr)
+        return
+    except ValueError as exc:  # the conversation no longer fits the context
+        print()
+        print(f"agentrt: error: {exc} (/clear starts over)", file=sys.stderr)
+        return
+    print()
+    messages[:] = [*turn, {"role": "assistant", "content": "".join(parts)}]
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -161,11 +251,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise
         print(f"agentrt: error: `agentrt serve` needs {exc.name}: "
               "pip install 'agentrt[server]'", file=sys.stderr)
-        return 2
+        return 1
     if (args.backend == "local") == (args.backend_url is not None):
         print("agentrt: error: --backend-url goes with --backend sglang (and it needs one)",
               file=sys.stderr)
         return 2
+    _check_address(args.host, args.port)
     engine_options = {} if args.backend != "local" else dict(
         device=args.device, dtype=args.dtype, quantization=args.quantization,
         gguf_activations=args.gguf_activations, max_num_seqs=args.max_batch,
@@ -179,6 +270,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"agentrt: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _check_address(host: str, port: int) -> None:
+    """Raise OSError if the server could not listen on host:port, before the model loads
+    (uvicorn finds out only once it starts)."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 _SERVER_DEPS = frozenset({"fastapi", "uvicorn", "starlette", "prometheus_client", "pydantic"})
@@ -211,7 +317,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)")
-    g.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    g.add_argument("--port", type=_port, default=8000,
+                   help="port to listen on, 0-65535 (default 8000)")
     g.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
                    help="name(s) clients pass as `model` and /v1/models lists "
                         "(default: the model's short name, e.g. SmolLM2-135M-Instruct)")
@@ -246,7 +353,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not found:
-        print("no models found (see `agentrt models --help` for where agentrt looks)")
+        print("no models found (see `agentrt models --help` for where agentrt looks)",
+              file=sys.stderr)
         return 0
     header = ("NAME", "ARCHITECTURE", "FORMAT", "SIZE", "SOURCE")
     rows = [(m.name, m.architecture or "?", m.format or "?", _size(m.size_bytes), m.source)
@@ -269,6 +377,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number, 0-65535, got {value}")
     return value
 
 
@@ -297,14 +412,20 @@ def build_parser() -> argparse.ArgumentParser:
                "  agentrt serve --port 8000   # OpenAI-compatible API at /v1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("-V", "--version", action="version", version=f"agentrt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help=COMMANDS["run"][1], description=cmd_run.__doc__)
-    run.add_argument("prompt", help="the user message (or raw text with --raw)")
+    run = sub.add_parser("run", help=COMMANDS["run"][1], description=cmd_run.__doc__,
+                         epilog=_RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("prompt", nargs="?", default=None,
+                     help="the user message (or raw text with --raw); - or left out: read it "
+                          "from stdin")
     run.add_argument("--raw", action="store_true",
                      help="send the prompt as raw text, without the chat template")
     run.add_argument("--stats", action="store_true", help="print token count and speed")
     _add_model_args(run)
-    chat = sub.add_parser("chat", help=COMMANDS["chat"][1], description=cmd_chat.__doc__)
+    chat = sub.add_parser("chat", help=COMMANDS["chat"][1], epilog=_CHAT_HELP,
+                          description=inspect.cleandoc(cmd_chat.__doc__ or ""),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_model_args(chat)
     serve = sub.add_parser("serve", help=COMMANDS["serve"][1], epilog=_SERVE_EPILOG,
                            description=inspect.cleandoc(cmd_serve.__doc__ or ""),
@@ -313,16 +434,38 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help=COMMANDS["models"][1],
                             description=inspect.cleandoc(cmd_models.__doc__ or ""))
     models.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    for subparser in sub.choices.values():
+        subparser.set_defaults(usage_error=subparser.error)
     return parser
 
 
+_RUN_EPILOG = """examples:
+  agentrt run "What is the capital of France?"
+  echo "Summarize: $(cat notes.txt)" | agentrt run --max-tokens 64
+  agentrt run - < question.txt
+  agentrt run --raw --stop . "The capital of France is"
+  agentrt run --temperature 0.8 --seed 1 --stats "Write a haiku about rain" """
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and return the exit status:
+    0 done, 1 an error, 2 a usage error (argparse exits with it itself), 130 Ctrl-C."""
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command][0](args)
-    except (ValueError, FileNotFoundError) as exc:
+    except _UsageError as exc:
+        args.usage_error(str(exc))  # exits with status 2
+    except BrokenPipeError:  # a reader that left (| head): no traceback, no flush error at exit
+        with contextlib.suppress(OSError, ValueError):  # stdout may have no file descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except (OSError, ValueError) as exc:
         print(f"agentrt: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
+    return 2  # pragma: no cover (usage_error exits)
 
 
 if __name__ == "__main__":

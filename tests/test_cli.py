@@ -31,7 +31,7 @@ def test_run_answers_on_the_default_model(capsys, engine):
 
 
 def test_bad_model_is_a_clear_error(capsys):
-    assert main(["run", "--model", "/no/such/model", "hi"]) == 2
+    assert main(["run", "--model", "/no/such/model", "hi"]) == 1
     assert "not found" in capsys.readouterr().err
 
 
