@@ -31,7 +31,8 @@ from agentrt.graph.runtime import GraphRuntime
 if TYPE_CHECKING:
     from agentrt.backends.base import Backend
 
-__all__ = ["FRONTS", "LOWERINGS", "CompiledGraph", "compile", "lower", "register_lowering"]
+__all__ = ["FRONTS", "LOWERINGS", "CompiledFront", "CompiledGraph", "compile", "lower",
+           "register_lowering"]
 
 LOWERINGS: Registry[Callable[..., Graph]] = Registry("lowering", {
     "langchain_core": "langchain_agentrt.lowering:lower_runnable",
@@ -170,6 +171,26 @@ class CompiledGraph:
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.graph.name!r}, {len(self.graph)} nodes)"
+
+
+class CompiledFront:
+    """Base of a framework's front (see :data:`FRONTS`): it holds the :class:`CompiledGraph`
+    as ``compiled`` and shows its graph and runtime."""
+
+    compiled: CompiledGraph
+
+    @property
+    def graph(self) -> Graph:
+        """The (optimised) primitive graph the calls run."""
+        return self.compiled.graph
+
+    @property
+    def runtime(self) -> GraphRuntime:
+        """What runs the graph (``last_trace``: the nodes the last run ran)."""
+        return self.compiled.runtime
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.graph.name!r}, {len(self.graph)} nodes)"
 
 
 class _Raised:

@@ -25,12 +25,13 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.graph import Graph as DrawableGraph
 from pydantic import BaseModel
 
-from agentrt.graph import CompiledGraph, Graph, GraphRuntime
+from agentrt.graph import CompiledGraph
+from agentrt.graph.compiled import CompiledFront
 
 __all__ = ["CompiledRunnable"]
 
 
-class CompiledRunnable(Runnable[Any, Any]):
+class CompiledRunnable(CompiledFront, Runnable[Any, Any]):
     """``source`` compiled into a primitive graph, callable wherever ``source`` was."""
 
     def __init__(self, compiled: CompiledGraph, source: Runnable) -> None:
@@ -39,16 +40,6 @@ class CompiledRunnable(Runnable[Any, Any]):
         self.source = source
         """The chain that was compiled (its schemas and drawing are this runnable's)."""
         self.name = source.get_name()
-
-    @property
-    def graph(self) -> Graph:
-        """The (optimised) primitive graph the calls run."""
-        return self.compiled.graph
-
-    @property
-    def runtime(self) -> GraphRuntime:
-        """What runs the graph (``last_trace``: the nodes the last run ran)."""
-        return self.compiled.runtime
 
     # --- calls -------------------------------------------------------------------------------
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -95,6 +86,3 @@ class CompiledRunnable(Runnable[Any, Any]):
     def get_graph(self, config: RunnableConfig | None = None) -> DrawableGraph:
         """The source chain's drawing (``.graph`` is the primitive graph)."""
         return self.source.get_graph(config)
-
-    def __repr__(self) -> str:
-        return f"CompiledRunnable({self.graph.name!r}, {len(self.graph)} nodes)"

@@ -22,25 +22,14 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import RESPONSE_TYPE
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from agentrt.graph import CompiledGraph, Graph, GraphRuntime
+from agentrt.graph import CompiledGraph
+from agentrt.graph.compiled import CompiledFront
 
 __all__ = ["CompiledQueryEngine", "CompiledRetriever", "compiled_front"]
 
 
-class _GraphCalls:
+class _GraphCalls(CompiledFront):
     """The compiled graph's own call protocol, beside the framework's."""
-
-    compiled: CompiledGraph
-
-    @property
-    def graph(self) -> Graph:
-        """The (optimised) primitive graph the calls run."""
-        return self.compiled.graph
-
-    @property
-    def runtime(self) -> GraphRuntime:
-        """What runs the graph (``last_trace``: the nodes the last run ran)."""
-        return self.compiled.runtime
 
     def invoke(self, value: Any) -> Any:
         """What ``aquery`` (``aretrieve``) returns for ``value`` (a string or QueryBundle)."""
@@ -58,9 +47,6 @@ class _GraphCalls:
                      return_exceptions: bool = False) -> list[Any]:
         """Async twin of :meth:`batch`."""
         return await self.compiled.abatch(values, return_exceptions=return_exceptions)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.graph.name!r}, {len(self.graph)} nodes)"
 
 
 class CompiledQueryEngine(_GraphCalls, BaseQueryEngine):
