@@ -1,6 +1,6 @@
 """The FastAPI app: the OpenAI routes plus ``/health``, ``/v1/models`` and ``/metrics``, and
 SGLang's native API (:mod:`.native`) with the worker endpoints sglang-router uses
-(:mod:`.worker`).
+(:mod:`.worker`), behind an API key when one is given (:mod:`.auth`).
 
 :func:`create_app` wires one engine — or any backend, e.g. an SGLang server this one fronts —
 into an app; it neither starts nor stops it (:func:`agentrt.server.serve` does both), so tests
@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from agentrt import __version__
 from agentrt.server import chat, completions, native, worker
+from agentrt.server.auth import APIKeyMiddleware
 from agentrt.server.errors import install_error_handlers
 from agentrt.server.native_sessions import NativeState
 from agentrt.server.protocol import ModelCard, ModelList
@@ -35,13 +36,16 @@ router = APIRouter()
 
 
 def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
-               backend_url: str | None = None) -> FastAPI:
+               backend_url: str | None = None, api_key: str | None = None) -> FastAPI:
     """An OpenAI-compatible app serving ``target``: an engine, or a backend.
 
     ``model_names``: the names clients pass as ``model`` and ``/v1/models`` lists (default:
     the model's short name, e.g. ``SmolLM2-135M-Instruct``). ``backend_url``: the server a
-    remote backend talks to, whose load ``/metrics`` and ``/get_load`` report.
+    remote backend talks to, whose load ``/metrics`` and ``/get_load`` report. ``api_key``:
+    requests must carry ``Authorization: Bearer <api_key>`` (:mod:`.auth`; None = open).
     """
+    if api_key is not None and not api_key.strip():
+        raise ValueError("api_key must be a non-empty string (or None: no key)")
     state = ServerState.of(target, model_names, backend_url=backend_url)
     where = "agentrt's local engine" if state.engine is not None else \
         f"a {state.backend.name} backend"
@@ -55,6 +59,8 @@ def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
     app.include_router(native.router)
     app.include_router(worker.router)
     app.include_router(router)
+    if api_key is not None:
+        app.add_middleware(APIKeyMiddleware, api_key=api_key)
     return app
 
 

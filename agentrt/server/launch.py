@@ -11,7 +11,8 @@ __all__ = ["serve"]
 
 def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
           model_names: Sequence[str] = (), log_level: str = "info", backend: str = "local",
-          backend_url: str | None = None, **engine_options: Any) -> None:
+          backend_url: str | None = None, api_key: str | None = None,
+          **engine_options: Any) -> None:
     """Serve ``model`` (None = the embedded default) on ``http://host:port/v1``.
 
     ``backend="local"``: ``engine_options`` are :class:`agentrt.EngineConfig` fields
@@ -20,8 +21,9 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
     this server fronts the SGLang server or router at ``backend_url`` (chat templates, tool
     calls, grammars and both APIs here; the tokens there); ``model`` then only names where
     the tokenizer is when the backend's own path is not on this machine; a backend that does
-    not answer is a ``ConnectionError`` before the port opens. Blocks; the engine (or the
-    backend's connections) is closed on exit.
+    not answer is a ``ConnectionError`` before the port opens. ``api_key``: requests must
+    send ``Authorization: Bearer <api_key>`` (None = any request is served). Blocks; the
+    engine (or the backend's connections) is closed on exit.
     """
     import uvicorn
 
@@ -29,7 +31,8 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
 
     target = _target(model, backend, backend_url, engine_options)
     try:
-        app = create_app(target, model_names=model_names, backend_url=backend_url)
+        app = create_app(target, model_names=model_names, backend_url=backend_url,
+                         api_key=api_key)
         state = app.state.agentrt
         names = ", ".join(state.model_names)
         where = f"max batch {state.engine.config.max_num_seqs}" if state.engine is not None \

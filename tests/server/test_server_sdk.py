@@ -173,3 +173,48 @@ def test_async_client_streams_what_the_sync_client_gets(client, aclient):
             return "".join([c.choices[0].delta.content or "" async for c in chunks])
 
     assert asyncio.run(stream()) == _chat(client).choices[0].message.content
+
+
+# --- an API key, as vLLM's and SGLang's --api-key ---------------------------------------------
+@pytest.fixture(scope="module")
+def keyed_app(engine):
+    """The app on the session engine, in process, with an API key."""
+    from starlette.testclient import TestClient
+
+    from agentrt.server import create_app
+
+    with TestClient(create_app(engine, api_key="sk-test")) as http:
+        yield http
+
+
+def _keyed_client(http, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url="http://testserver/v1", api_key=key, max_retries=0,
+                         http_client=http)
+
+
+def test_a_wrong_api_key_is_a_401(keyed_app):
+    """Without a key check, ``agentrt serve --host 0.0.0.0`` serves (and flushes, aborts)
+    for anyone who can reach it; OpenAI's SDK raises ``AuthenticationError`` on a 401."""
+    with pytest.raises(openai.AuthenticationError) as info:
+        _keyed_client(keyed_app, "sk-wrong").models.list()
+    assert info.value.body["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        _keyed_client(keyed_app, "sk-wrong").chat.completions.create(
+            model=MODEL, messages=QUESTION, max_tokens=2)
+    for path in ("/generate", "/flush_cache", "/abort_request"):
+        assert keyed_app.post(path, json={"text": "Hi"}).status_code == 401
+    assert keyed_app.get("/health").status_code == 200
+
+
+def test_the_right_api_key_is_served(keyed_app):
+    client = _keyed_client(keyed_app, "sk-test")
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    answer = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=2)
+    assert answer.usage.completion_tokens == 2
+
+
+def test_an_empty_api_key_is_refused(engine):
+    from agentrt.server import create_app
+
+    with pytest.raises(ValueError, match="api_key"):
+        create_app(engine, api_key=" ")
