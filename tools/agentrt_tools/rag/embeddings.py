@@ -72,6 +72,11 @@ class Embedder:
     Calls are thread-safe. Each batch is tokenised and run under a lock, so concurrent callers
     (e.g. :meth:`aembed` from several tasks) interleave batch by batch instead of
     oversubscribing the CPU with several forward passes at once.
+
+    A loaded model is a resource, not a value: ``copy.deepcopy`` returns the embedder itself,
+    and a pickled copy of the shared model (:meth:`load`, or a :meth:`with_max_batch_size` view
+    of it) loads as the shared model of the process that unpickles it, so the objects that hold
+    an embedder (LangChain's and LlamaIndex's adapters, :class:`VectorIndex`) copy and pickle.
     """
 
     max_batch_size: int = 32
@@ -149,15 +154,24 @@ class Embedder:
         """Embed ``texts``: a float32 array of shape ``(len(texts), dim)``, rows of unit norm.
 
         Texts are grouped by length before batching, so a batch carries little padding; rows
-        come back in the order of ``texts``. Texts longer than 256 tokens are truncated.
+        come back in the order of ``texts``, each the same as when embedded alone. Texts longer
+        than 256 tokens are truncated, as sentence-transformers does; an empty text embeds too.
+
+        Raises:
+            TypeError: ``texts`` is one string, or one of its items is not a string.
+            ValueError: ``batch_size`` is below 1.
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts; use embed_query() for one text")
         texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        batch_size = max(1, int(batch_size))
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         try:
             for start in range(0, len(order), batch_size):
@@ -200,5 +214,28 @@ class Embedder:
             normed = torch.nn.functional.normalize(pooled, p=2.0, dim=1)
             return normed.to(torch.float32).numpy()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Embedder:
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        shared = Embedder._instances.values()
+        if any(self.model is other.model for other in shared):
+            return _shared_embedder, (self.max_batch_size,)
+        return super().__reduce_ex__(protocol)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         return f"Embedder({self.name!r}, dim={self.dim}, max_batch_size={self.max_batch_size})"
+
+
+def _shared_embedder(max_batch_size: int) -> Embedder:
+    """The shared model (:meth:`Embedder.load`), or a view of it: what a pickle of it loads."""
+    shared = Embedder.load()
+    return shared if max_batch_size == shared.max_batch_size else shared.with_max_batch_size(
+        max_batch_size)

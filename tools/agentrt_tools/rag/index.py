@@ -60,7 +60,10 @@ class VectorIndex:
     >>> index.search_text("a kitten on a rug", k=1)[0].text
     'The cat sat on the mat.'
 
-    ``add`` is serialised by a lock; searches may run from several threads at once.
+    Thread-safe: ``add`` and the faiss part of a search take one lock (faiss's flat index is
+    not safe to read while it grows), so a search sees every row of an ``add`` or none of them.
+    An index pickles with its rows and vectors (``pickle.dump`` is how to save one); its
+    embedder pickles as the shared model.
     """
 
     def __init__(self, embedder: Embedder | None = None, dim: int | None = None) -> None:
@@ -116,9 +119,10 @@ class VectorIndex:
 
     def vectors(self) -> np.ndarray:
         """All stored vectors, shape ``(len(self), dim)``, float32."""
-        if not self._texts:
-            return np.empty((0, self.dim), dtype=np.float32)
-        return self._faiss.reconstruct_n(0, len(self._texts))
+        with self._lock:
+            if not self._texts:
+                return np.empty((0, self.dim), dtype=np.float32)
+            return self._faiss.reconstruct_n(0, len(self._texts))
 
     def add(
         self,
@@ -164,36 +168,60 @@ class VectorIndex:
 
         A single vector (shape ``(dim,)``) gives ``list[Hit]``; a matrix of query vectors
         (shape ``(n, dim)``) gives one such list per row. Fewer than ``k`` hits come back when
-        the index holds fewer than ``k`` texts.
+        the index holds fewer than ``k`` texts; ``k=0`` gives none. Duplicate texts are rows of
+        their own, each a hit; equal scores come in faiss's order.
+
+        Raises:
+            TypeError: ``k`` is not an int.
+            ValueError: ``k`` is negative, or the vectors are not ``dim`` wide.
         """
         array = np.asarray(query, dtype=np.float32)
         if array.ndim == 1:
             return self.search(array[None, :], k)[0]
+        _check_k(k)
         matrix = self._as_matrix(array)
-        k = min(int(k), len(self._texts))
-        if k <= 0 or matrix.shape[0] == 0:
-            return [[] for _ in range(matrix.shape[0])]
-        try:
-            scores, rows = self._faiss.search(matrix, k)
-        finally:
-            release_openmp_pool()  # faiss's OpenMP workers would slow the engine's thread
-        return [
-            [
-                Hit(self._texts[r], float(s), int(r), dict(self._metadatas[r]))
-                for s, r in zip(score_row, row_ids, strict=True)
-                if r >= 0
+        with self._lock:
+            k = min(int(k), len(self._texts))
+            if k == 0 or matrix.shape[0] == 0:
+                return [[] for _ in range(matrix.shape[0])]
+            try:
+                scores, rows = self._faiss.search(matrix, k)
+            finally:
+                release_openmp_pool()  # faiss's OpenMP workers would slow the engine's thread
+            return [
+                [
+                    Hit(self._texts[r], float(s), int(r), dict(self._metadatas[r]))
+                    for s, r in zip(score_row, row_ids, strict=True)
+                    if r >= 0
+                ]
+                for score_row, row_ids in zip(scores, rows, strict=True)
             ]
-            for score_row, row_ids in zip(scores, rows, strict=True)
-        ]
 
     def search_text(self, query: str, k: int = 4) -> list[Hit]:
         """The ``k`` texts nearest to ``query`` (embedded with :attr:`embedder`), best first."""
+        _check_k(k)
         return self.search(self.embedder.embed_query(query), k)  # type: ignore[return-value]
 
     async def asearch_text(self, query: str, k: int = 4) -> list[Hit]:
-        """:meth:`search_text` with the query embedded in a worker thread."""
-        vector = await self.embedder.aembed_query(query)
-        return self.search(vector, k)  # type: ignore[return-value]
+        """:meth:`search_text` in a worker thread (embedding and faiss search), so the event
+        loop keeps running."""
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(self.search_text, query, k)
+
+    def __getstate__(self) -> dict[str, Any]:
+        faiss = import_faiss()
+        with self._lock:
+            state = {key: value for key, value in self.__dict__.items()
+                     if key not in ("_lock", "_faiss", "_texts", "_metadatas")}
+            state["_texts"], state["_metadatas"] = list(self._texts), list(self._metadatas)
+            state["_faiss"] = faiss.serialize_index(self._faiss)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._faiss = import_faiss().deserialize_index(state["_faiss"])
+        self._lock = threading.Lock()
 
     def _as_matrix(self, vectors: Any) -> np.ndarray:
         matrix = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
@@ -206,3 +234,10 @@ class VectorIndex:
 
     def __repr__(self) -> str:
         return f"VectorIndex({len(self)} texts, dim={self.dim})"
+
+
+def _check_k(k: Any) -> None:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    if k < 0:
+        raise ValueError(f"k must be at least 0, got {k}")

@@ -39,7 +39,9 @@ class AgentRTEmbedding(BaseEmbedding):
 
     Pass ``embedder=`` to use a given :class:`~agentrt_tools.rag.Embedder`; by default the
     process-wide shared one is loaded at the first call. Async methods run in a worker thread.
-    Copies (``copy.deepcopy``) share the embedder.
+    Copies (``copy.deepcopy``) share the embedder; a pickle keeps it (the shared model loads as
+    the unpickling process's shared model). Texts past 256 word pieces are truncated, as
+    sentence-transformers does.
     """
 
     # NOTE: extra="forbid": a misspelt option (``embed_batch_sze=``) is an error, not ignored
@@ -65,16 +67,18 @@ class AgentRTEmbedding(BaseEmbedding):
     def class_name(cls) -> str:
         return "AgentRTEmbedding"
 
-    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> AgentRTEmbedding:
-        """A deep copy that shares the embedder (a loaded model, not a value)."""
-        memo = {} if memo is None else memo
-        memo.setdefault(id(self._embedder), self._embedder)
-        return super().__deepcopy__(memo)
-
     def __getstate__(self) -> dict[Any, Any]:
-        # NOTE: LlamaIndex's __getstate__ deletes what does not pickle (the embedder) from the
-        # state it gets, which pydantic shares with the model: give it a copy's
+        # NOTE: LlamaIndex's __getstate__ deletes what does not pickle (a custom embedder's
+        # parts may not) from the state it gets, which pydantic shares with the model: give it
+        # a copy's
         return super(AgentRTEmbedding, self.model_copy()).__getstate__()
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        # NOTE: LlamaIndex's __setstate__ re-runs __init__ on the fields only, which would drop
+        # the embedder= given (the shared model would run instead)
+        super().__setstate__(state)
+        private = state.get("__pydantic_private__") or {}
+        self._embedder = private.get("_embedder", self._embedder)
 
     @property
     def embedder(self) -> Embedder:
