@@ -80,7 +80,8 @@ def _device(value: str) -> str:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     _add_model_group(p)
     g = p.add_argument_group("sampling")
-    g.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (256)")
+    g.add_argument("--max-tokens", type=int, default=256, metavar="N",
+                   help="most tokens to generate (default 256)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
     g.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0 = off)")
@@ -157,7 +158,8 @@ def _prompt(args: argparse.Namespace) -> str:
 def cmd_chat(args: argparse.Namespace) -> int:
     """Chat with the model, one line a message; the conversation so far is served from the
     prefix cache. On a terminal it prompts with you> and assistant>; with stdin from a pipe or
-    a file each line is a message and stdout holds only the answers, one line each."""
+    a file each line is a message and stdout holds only the answers, each ending with a
+    newline."""
     params = _params(args)
     engine = _engine(args)
     tty = sys.stdin.isatty()
@@ -181,6 +183,11 @@ _CHAT_HELP = """commands:
   /clear         forget the conversation (keeps --system)
   /?, /help      this list
 Ctrl-C stops an answer (that turn is forgotten); an empty line is ignored."""
+_CHAT_EPILOG = f"""{_CHAT_HELP}
+
+examples:
+  agentrt chat --system 'You are terse.'
+  printf 'My name is Ada.\\nWhat is my name?\\n' | agentrt chat --max-tokens 32"""
 
 
 def _read_line(tty: bool) -> str | None:
@@ -414,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-V", "--version", action="version", version=f"agentrt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help=COMMANDS["run"][1], description=cmd_run.__doc__,
+    run = sub.add_parser("run", help=COMMANDS["run"][1],
+                         description=inspect.cleandoc(cmd_run.__doc__ or ""),
                          epilog=_RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("prompt", nargs="?", default=None,
                      help="the user message (or raw text with --raw); - or left out: read it "
@@ -423,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="send the prompt as raw text, without the chat template")
     run.add_argument("--stats", action="store_true", help="print token count and speed")
     _add_model_args(run)
-    chat = sub.add_parser("chat", help=COMMANDS["chat"][1], epilog=_CHAT_HELP,
+    chat = sub.add_parser("chat", help=COMMANDS["chat"][1], epilog=_CHAT_EPILOG,
                           description=inspect.cleandoc(cmd_chat.__doc__ or ""),
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_model_args(chat)
@@ -441,10 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 _RUN_EPILOG = """examples:
   agentrt run "What is the capital of France?"
-  echo "Summarize: $(cat notes.txt)" | agentrt run --max-tokens 64
+  echo "What is 2 + 2?" | agentrt run --max-tokens 64
   agentrt run - < question.txt
   agentrt run --raw --stop . "The capital of France is"
-  agentrt run --temperature 0.8 --seed 1 --stats "Write a haiku about rain" """
+  agentrt run --temperature 0.8 --seed 1 --stats "Write a haiku about rain\""""
 
 
 def main(argv: list[str] | None = None) -> int:
