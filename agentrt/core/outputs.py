@@ -22,7 +22,12 @@ __all__ = ["RequestOutput", "SegmentCounters", "StreamDelta", "segment_counters"
 
 @dataclass(frozen=True)
 class StreamDelta:
-    """New text and token ids of one request after one step (or one streamed chunk)."""
+    """New text and token ids of one request after one step (or one streamed chunk).
+
+    Unlike vLLM's streamed ``RequestOutput`` (cumulative, every step), a delta holds only
+    what is new: the concatenated deltas are the whole answer
+    (:meth:`RequestOutput.from_deltas`). Deltas carry no logprobs; ``generate`` returns them.
+    """
 
     request_id: str
     text: str
@@ -30,7 +35,10 @@ class StreamDelta:
     token_ids: list[int]
     """Token ids added by this delta."""
     finished: bool = False
+    """True on the last delta of the segment."""
     finish_reason: FinishReason | None = None
+    """On the last delta: ``"stop"`` (EOS, a stop token or string), ``"length"``
+    (``max_tokens`` or the context is full) or ``"abort"``."""
     num_prompt_tokens: int = 0
     """The context this segment generates from (a resumed call: the whole context)."""
     num_cached_tokens: int = 0
@@ -42,7 +50,13 @@ class StreamDelta:
 
 @dataclass(frozen=True)
 class RequestOutput:
-    """Result of one generation segment (a ``generate`` or a ``resume`` call)."""
+    """Result of one generation segment (a ``generate`` or a ``resume`` call).
+
+    Flat where vLLM nests: one completion per request, so vLLM's
+    ``output.outputs[0].text`` / ``.token_ids`` / ``.finish_reason`` are ``output.text`` /
+    ``.token_ids`` / ``.finish_reason`` here, and ``len(output.prompt_token_ids)`` is
+    :attr:`num_prompt_tokens`.
+    """
 
     request_id: str
     num_prompt_tokens: int
@@ -52,9 +66,13 @@ class RequestOutput:
     text: str
     """Decoded output, stop string and special tokens removed."""
     finish_reason: FinishReason | None
+    """``"stop"``, ``"length"`` or ``"abort"`` (see :class:`StreamDelta`)."""
     matched_stop: int | str | None = None
     """The stop token id or stop string that ended the segment (see :class:`StreamDelta`)."""
     logprobs: list[dict[int, float]] = field(default_factory=list)
+    """With ``SamplingParams.logprobs`` set: per generated token, token id → log-probability
+    of the sampled token and the top alternatives (before temperature, after a logits
+    processor); empty otherwise."""
     num_cached_tokens: int = 0
     """Of ``num_prompt_tokens``, those this segment did not compute (kept KV from the last
     segment, prefix-cache hits)."""

@@ -9,10 +9,13 @@ through a per-request subscriber; bad input raises in the caller before anything
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
+import numbers
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing
 from typing import Any
 
 from agentrt.config import EngineConfig
@@ -23,8 +26,9 @@ from agentrt.core.request import Request
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.engine.llm_engine import LLMEngine
 from agentrt.engine.output_processor import StepUpdate, make_update
-from agentrt.engine.outputs import EngineLoad, RequestOutput, StreamDelta
+from agentrt.engine.outputs import EngineLoad, EngineStats, RequestOutput, StreamDelta
 from agentrt.intercept import CostModel
+from agentrt.models import DEFAULT_MODEL
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +48,21 @@ class Engine:
 
     Every call takes per-request ``options`` (:class:`~agentrt.core.options.RequestOptions`)
     or its fields as keywords (``keep_kv=True``, ``hook=...``), applied on top of it.
+
+    Safe to call from many threads and event loops at once; ``with Engine() as engine:``
+    closes it. Where vLLM's ``LLM`` / ``AsyncLLMEngine`` differ:
+
+    - ``generate`` takes one prompt (text or token ids) and returns one
+      :class:`RequestOutput`, or a list and returns a list in the same order; an empty
+      list is an empty token-id prompt (a ``ValueError``), not an empty batch;
+    - there is no ``chat()``: render the messages with
+      ``engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+      tokenize=False)`` and generate from the text, or use :mod:`agentrt.chat`
+      (``prepare_chat(engine, messages)``: tools, response formats, reasoning);
+    - ``astream`` yields :class:`StreamDelta` (the new text), not cumulative outputs;
+      leaving it, or cancelling an ``agenerate``, aborts the request;
+    - a bad prompt or parameter raises in the caller (``ValueError`` / ``TypeError``) and
+      queues nothing of the call; an interrupted ``generate`` aborts its requests.
     """
 
     def __init__(self, model: str | None = None, *, config: EngineConfig | None = None,
@@ -69,6 +88,8 @@ class Engine:
 
     @property
     def config(self) -> EngineConfig:
+        """The configuration the engine was built with (``"auto"`` fields unresolved; see
+        its ``resolved_*`` properties)."""
         return self.core.config
 
     @property
@@ -102,8 +123,17 @@ class Engine:
         return self.core.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
     @property
-    def stats(self):
-        return self.core.stats
+    def stats(self) -> EngineStats:
+        """A snapshot of the engine-wide counters since start, read between two steps (later
+        steps do not change it: subtract two snapshots for a window)."""
+        with self._lock:
+            return copy.deepcopy(self.core.stats)
+
+    def __repr__(self) -> str:
+        closed = ", closed" if self._closed else ""
+        return (f"Engine(model={self.config.model or DEFAULT_MODEL!r}, "
+                f"device={self.config.resolved_device!r}, "
+                f"max_model_len={self.max_model_len}{closed})")
 
     def load(self) -> EngineLoad:
         """The scheduler's queues and the KV pool, read between two steps (a consistent view;
@@ -124,35 +154,35 @@ class Engine:
                  ) -> RequestOutput | list[RequestOutput]:
         """Generate for one prompt (text or token ids) or a batch; blocks until done.
 
+        A batch is admitted at once (all or nothing on bad input) and answered in its order.
         ``options`` and keyword ``fields`` as in :meth:`submit` (``keep_kv``, ``namespace``,
-        ``hook``, ...).
+        ``hook``, ...). An exception while waiting (``KeyboardInterrupt``) aborts the
+        requests not yet answered.
         """
-        single = _is_single(prompts)
-        batch = [prompts] if single else list(prompts)
-        opts = RequestOptions.of(options, **fields)
-        waiters: list[Callable[[], RequestOutput]] = []
-        with self._lock:  # NOTE: one admission for the whole batch; all or nothing on bad input
-            try:
-                for p in batch:
-                    waiters.append(self._collect(
-                        lambda s, p=p: self.submit(p, params, opts, subscriber=s)))
-            except Exception:
-                for w in waiters:
-                    self.abort(w.request_id)
-                raise
-        outs = [w() for w in waiters]
+        batch, single = _prompt_batch(prompts)
+        queues: list[queue.Queue] = [queue.Queue() for _ in batch]
+        reqs = self._submit_batch(batch, params, RequestOptions.of(options, **fields),
+                                  [q.put for q in queues])
+        outs = self._wait(reqs, queues)
         return outs[0] if single else outs
 
     async def agenerate(self, prompts: Prompt | list[Prompt],
                         params: SamplingParams | None = None,
                         options: RequestOptions | None = None, **fields: Any):
-        """Async twin of :meth:`generate`."""
-        if not _is_single(prompts):
-            return list(await asyncio.gather(*(self.agenerate(p, params, options, **fields)
-                                               for p in prompts)))
-        q, sub = _async_queue()
-        req = self.submit(prompts, params, options, subscriber=sub, **fields)
-        return await self._aoutput(req, q)
+        """Async twin of :meth:`generate` (cancelling it aborts its requests)."""
+        batch, single = _prompt_batch(prompts)
+        pairs = [_async_queue() for _ in batch]
+        reqs = self._submit_batch(batch, params, RequestOptions.of(options, **fields),
+                                  [sub for _, sub in pairs])
+        tasks = [asyncio.ensure_future(self._aoutput(req, q))
+                 for req, (q, _) in zip(reqs, pairs, strict=True)]
+        try:
+            outs = list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:  # NOTE: gather leaves the others running; each aborts its own
+                task.cancel()
+            raise
+        return outs[0] if single else outs
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None,
                options: RequestOptions | None = None, **fields: Any) -> Iterator[StreamDelta]:
@@ -169,11 +199,13 @@ class Engine:
     async def astream(self, prompt: Prompt, params: SamplingParams | None = None,
                       options: RequestOptions | None = None, **fields: Any
                       ) -> AsyncIterator[StreamDelta]:
-        """Async twin of :meth:`stream`; closing the iterator early aborts the request."""
+        """Async twin of :meth:`stream`; closing the iterator early (``aclose()``, or
+        ``contextlib.aclosing`` around an ``async for`` that breaks) aborts the request."""
         q, sub = _async_queue()
         req = self.submit(prompt, params, options, subscriber=sub, **fields)
-        async for delta in self._adeltas(req, q):
-            yield delta
+        async with aclosing(self._adeltas(req, q)) as deltas:  # NOTE: abort on our aclose
+            async for delta in deltas:
+                yield delta
 
     # --- continuation ------------------------------------------------------------------------
     def resume_stream(self, request_id: str, appended: Prompt,
@@ -192,8 +224,9 @@ class Engine:
         """Async twin of :meth:`resume_stream`."""
         q, sub = _async_queue()
         req = self._submit_resume(request_id, appended, params, options, sub, kwargs)
-        async for delta in self._adeltas(req, q):
-            yield delta
+        async with aclosing(self._adeltas(req, q)) as deltas:
+            async for delta in deltas:
+                yield delta
 
     def resume(self, request_id: str, appended: Prompt, params: SamplingParams | None = None,
                options: RequestOptions | None = None, **kwargs: Any) -> RequestOutput:
@@ -206,8 +239,9 @@ class Engine:
         (``keep_kv``, ``forced_token_ids``, ``pause``, ``hook``): see
         :meth:`LLMEngine.resume`.
         """
-        return self._collect(lambda s: self._submit_resume(request_id, appended, params,
-                                                           options, s, kwargs))()
+        q: queue.Queue = queue.Queue()
+        req = self._submit_resume(request_id, appended, params, options, q.put, kwargs)
+        return self._wait([req], [q])[0]
 
     async def aresume(self, request_id: str, appended: Prompt,
                       params: SamplingParams | None = None,
@@ -259,6 +293,7 @@ class Engine:
         exists, the driver thread's parallel regions lose their spin-wait.
         """
         release_openmp_pool()
+        self._check_call(prompt, params)
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, options, **fields)
@@ -270,12 +305,43 @@ class Engine:
     def _submit_resume(self, request_id, appended, params, options, subscriber,
                        kwargs) -> Request:
         release_openmp_pool()  # as in submit()
+        self._check_call(appended, params)
         with self._lock:
             self._check_open()
             req = self.core.resume(request_id, appended, params, options, **kwargs)
             self._subscribers[req.request_id] = subscriber
             self._wake.notify()
         return req
+
+    def _submit_batch(self, batch: list[Prompt], params: SamplingParams | None,
+                      opts: RequestOptions, subscribers: list[Callable[[Any], None]]
+                      ) -> list[Request]:
+        """Submit every prompt of ``batch`` in one admission, or none (a bad one raises)."""
+        reqs: list[Request] = []
+        with self._lock:
+            try:
+                for prompt, sub in zip(batch, subscribers, strict=True):
+                    reqs.append(self.submit(prompt, params, opts, subscriber=sub))
+            except Exception:
+                for req in reqs:
+                    self.abort(req.request_id)
+                raise
+        return reqs
+
+    def _check_call(self, prompt: object, params: object) -> None:
+        """Raise in the caller for what the engine cannot take (before anything is queued)."""
+        if not _is_prompt(prompt):
+            raise TypeError(f"a prompt is a string or a list of token ids, got "
+                            f"{type(prompt).__name__}")
+        if params is None:
+            return
+        if not isinstance(params, SamplingParams):
+            hint = " (SamplingParams(**params) builds one)" if isinstance(params, dict) else ""
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}{hint}")
+        vocab = self.core.model_config.vocab_size
+        if params.logprobs is not None and params.logprobs > vocab:
+            raise ValueError(f"logprobs={params.logprobs} asks for more alternatives than the "
+                             f"vocabulary has ({vocab})")
 
     def close(self) -> None:
         """Stop the driver thread, aborting unfinished requests."""
@@ -350,17 +416,20 @@ class Engine:
             raise RuntimeError("the engine is closed")
 
     # --- collecting updates --------------------------------------------------------------------
-    def _collect(self, submit: Callable[[Callable], Request]) -> Callable[[], RequestOutput]:
-        q: queue.Queue = queue.Queue()
-        req = submit(q.put)
-
-        def wait() -> RequestOutput:
-            for _ in self._iterate(req, q.get):
-                pass
-            return self._output(req)
-
-        wait.request_id = req.request_id  # type: ignore[attr-defined]
-        return wait
+    def _wait(self, reqs: list[Request], queues: list[queue.Queue]) -> list[RequestOutput]:
+        """The outputs of ``reqs``, in order; whatever interrupts the wait (Ctrl-C, one
+        request's failure) aborts those not answered yet."""
+        outs: list[RequestOutput] = []
+        try:
+            for req, q in zip(reqs, queues, strict=True):
+                for _ in self._iterate(req, q.get):
+                    pass
+                outs.append(self._output(req))
+        except BaseException:
+            for req in reqs[len(outs):]:
+                self.abort(req.request_id)
+            raise
+        return outs
 
     async def _aoutput(self, req: Request, q: asyncio.Queue) -> RequestOutput:
         async for _ in self._adeltas(req, q):
@@ -416,6 +485,17 @@ def _async_queue() -> tuple[asyncio.Queue, Callable[[Any], None]]:
     return q, lambda item: loop.call_soon_threadsafe(q.put_nowait, item)
 
 
-def _is_single(prompts: Prompt | list[Prompt]) -> bool:
-    return isinstance(prompts, str) or (bool(prompts) and isinstance(prompts[0], int)) \
-        or prompts == []
+def _is_prompt(value: object) -> bool:
+    """Text, or token ids (a list or tuple of integers; empty is a prompt, refused later)."""
+    return isinstance(value, str) or isinstance(value, list | tuple) and all(
+        isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in value)
+
+
+def _prompt_batch(prompts: object) -> tuple[list[Prompt], bool]:
+    """The prompts of a ``generate`` call, and whether it was given one prompt."""
+    if _is_prompt(prompts):
+        return [prompts], True  # type: ignore[list-item]
+    if isinstance(prompts, list | tuple) and all(_is_prompt(p) for p in prompts):
+        return list(prompts), False
+    raise TypeError(f"prompts must be a prompt (a string or a list of token ids) or a list of "
+                    f"prompts, got {type(prompts).__name__}")
