@@ -286,3 +286,24 @@ def test_llama_index_persisted_index_loads_and_retrieves(embedder, tmp_path):
     assert len(nodes) == 3 and nodes[0].node.get_content() == TEXTS[0]
     assert nodes[0].node.metadata == {"id": 0}
     assert nodes[0].score >= nodes[1].score >= nodes[2].score
+
+
+def test_llama_index_faiss_index_takes_vectors_as_lists(embedder):
+    """vectors= as list[list[float]] (what embed_documents returns) failed with
+    AttributeError: 'list' object has no attribute 'shape'."""
+    from llama_index.embeddings.agentrt import AgentRTEmbedding, faiss_vector_store_index
+
+    vectors = embedder.embed(TEXTS).tolist()
+    index = faiss_vector_store_index(TEXTS, vectors=vectors,
+                                     embed_model=AgentRTEmbedding(embedder=embedder))
+    assert index.as_retriever(similarity_top_k=1).retrieve("a cat")[0].node.text == TEXTS[0]
+
+
+def test_llama_index_faiss_index_refuses_vectors_of_another_width(embedder):
+    """Vectors 10 wide beside a 384-wide embed model built an index whose first query failed
+    with a bare AssertionError from faiss."""
+    from llama_index.embeddings.agentrt import AgentRTEmbedding, faiss_vector_store_index
+
+    with pytest.raises(ValueError, match="10.*384"):
+        faiss_vector_store_index(["a cat"], vectors=np.ones((1, 10), dtype=np.float32),
+                                 embed_model=AgentRTEmbedding(embedder=embedder))

@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 
-from agentrt_tools.rag.embeddings import MODEL_NAME, Embedder
+from agentrt_tools.rag.embeddings import _DIM, MODEL_NAME, Embedder
 from agentrt_tools.rag.index import import_faiss
 
 if TYPE_CHECKING:
-    import numpy as np
     from llama_index.core import VectorStoreIndex
 
 __all__ = ["AgentRTEmbedding", "faiss_vector_store_index"]
@@ -111,7 +111,7 @@ def faiss_vector_store_index(
     texts: Sequence[str],
     *,
     metadatas: Sequence[Mapping[str, Any]] | None = None,
-    vectors: np.ndarray | None = None,
+    vectors: np.ndarray | Sequence[Sequence[float]] | None = None,
     embed_model: BaseEmbedding | None = None,
     show_progress: bool = False,
 ) -> VectorStoreIndex:
@@ -121,8 +121,9 @@ def faiss_vector_store_index(
         texts: one ``TextNode`` is made per text (node text in the index's docstore, vector in
             faiss).
         metadatas: one mapping per text, set as the node's metadata.
-        vectors: precomputed unit-norm embeddings, shape ``(len(texts), dim)`` (e.g. from
-            :func:`agentrt_tools.rag.cached_embeddings`); None: embedded with ``embed_model``.
+        vectors: precomputed unit-norm embeddings, shape ``(len(texts), dim)``, an array or
+            lists of floats (e.g. from :func:`agentrt_tools.rag.cached_embeddings`), as wide
+            as ``embed_model``'s; None: embedded with ``embed_model``.
         embed_model: embeds texts and, later, the retriever's queries; default
             :class:`AgentRTEmbedding`.
         show_progress: show LlamaIndex's progress bars while embedding.
@@ -130,6 +131,8 @@ def faiss_vector_store_index(
     Raises:
         ModuleNotFoundError: ``llama-index-vector-stores-faiss`` or ``faiss-cpu`` is missing
             (the message names the ``pip install``).
+        ValueError: ``metadatas`` or ``vectors`` do not match ``texts``, or the vectors are not
+            as wide as ``embed_model``'s (queries would fail in faiss).
     """
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.schema import TextNode
@@ -148,19 +151,13 @@ def faiss_vector_store_index(
     metas = [dict(m) for m in metadatas] if metadatas is not None else [{} for _ in texts]
     if len(metas) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(metas)} metadatas")
-    if vectors is not None and len(vectors) != len(texts):
-        raise ValueError(f"{len(texts)} texts but {len(vectors)} vectors")
     embed_model = embed_model if embed_model is not None else AgentRTEmbedding()
-    if vectors is not None:
-        dim = int(vectors.shape[1])
-    elif isinstance(embed_model, AgentRTEmbedding):
-        dim = embed_model.embedder.dim
-    else:
-        dim = len(embed_model.get_text_embedding("dimension probe"))
+    dim = _embed_dim(embed_model)
+    matrix = None if vectors is None else _check_vectors(vectors, len(texts), dim)
     nodes = [
         TextNode(
             text=text, metadata=meta,
-            embedding=None if vectors is None else [float(x) for x in vectors[i]],
+            embedding=None if matrix is None else [float(x) for x in matrix[i]],
         )
         for i, (text, meta) in enumerate(zip(texts, metas, strict=True))
     ]
@@ -171,3 +168,22 @@ def faiss_vector_store_index(
         embed_model=embed_model,
         show_progress=show_progress,
     )
+
+
+def _embed_dim(embed_model: BaseEmbedding) -> int:
+    """The width of ``embed_model``'s vectors (one probe embedding for a model not ours).
+    The bundled model is not loaded for it: an index of precomputed vectors loads it later."""
+    if isinstance(embed_model, AgentRTEmbedding):
+        given = embed_model._embedder
+        return _DIM if given is None else given.dim
+    return len(embed_model.get_text_embedding("dimension probe"))
+
+
+def _check_vectors(vectors: Any, num_texts: int, dim: int) -> np.ndarray:
+    matrix = np.asarray(vectors, dtype=np.float32)
+    if matrix.ndim != 2 or len(matrix) != num_texts:
+        raise ValueError(f"{num_texts} texts but vectors of shape {matrix.shape}")
+    if matrix.shape[1] != dim:
+        raise ValueError(f"the vectors are {matrix.shape[1]} wide but the embed model's "
+                         f"{dim}: queries could not be searched")
+    return matrix
