@@ -307,3 +307,12 @@ def test_llama_index_faiss_index_refuses_vectors_of_another_width(embedder):
     with pytest.raises(ValueError, match="10.*384"):
         faiss_vector_store_index(["a cat"], vectors=np.ones((1, 10), dtype=np.float32),
                                  embed_model=AgentRTEmbedding(embedder=embedder))
+
+
+def test_index_add_with_vectors_refuses_a_text_that_is_not_a_string(embedder):
+    """add([None], vectors=...) stored None; the retriever then failed on every query that
+    found that row (Document's page_content validation), far from the mistake."""
+    index = VectorIndex(embedder=embedder)
+    with pytest.raises(TypeError, match=r"texts\[1\] is NoneType, not str"):
+        index.add(["ok", None], vectors=np.ones((2, 384), dtype=np.float32))
+    assert len(index) == 0

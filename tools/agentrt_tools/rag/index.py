@@ -137,10 +137,17 @@ class VectorIndex:
             vectors: their embeddings, shape ``(len(texts), dim)``, unit-norm; None: embed
                 ``texts`` with :attr:`embedder`.
             metadatas: one mapping per text, returned in :attr:`Hit.metadata`.
+
+        Raises:
+            TypeError: ``texts`` is one string, or one of its items is not a string.
+            ValueError: ``vectors`` or ``metadatas`` do not match ``texts``.
         """
         if isinstance(texts, str):
             raise TypeError("add() takes a sequence of texts, not one string")
         texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
         metas = [dict(m) for m in metadatas] if metadatas is not None else [{} for _ in texts]
         if len(metas) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(metas)} metadatas")
