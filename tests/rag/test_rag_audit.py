@@ -316,3 +316,28 @@ def test_index_add_with_vectors_refuses_a_text_that_is_not_a_string(embedder):
     with pytest.raises(TypeError, match=r"texts\[1\] is NoneType, not str"):
         index.add(["ok", None], vectors=np.ones((2, 384), dtype=np.float32))
     assert len(index) == 0
+
+
+try:
+    from langchain_tests.integration_tests import RetrieversIntegrationTests
+except ImportError:  # the [dev] extra is not installed
+    RetrieversIntegrationTests = None
+
+if RetrieversIntegrationTests is not None:
+
+    class TestVectorIndexRetrieverStandard(RetrieversIntegrationTests):
+        """LangChain's standard integration suite for retrievers (k in the constructor and
+        per call: the per-call k failed before H37)."""
+
+        @property
+        def retriever_constructor(self) -> type[VectorIndexRetriever]:
+            return VectorIndexRetriever
+
+        @property
+        def retriever_constructor_params(self) -> dict[str, Any]:
+            texts = [*TEXTS, "kittens chase string", "a cat sleeps in the sun"]
+            return {"index": VectorIndex.from_texts(texts)}
+
+        @property
+        def retriever_query_example(self) -> str:
+            return "a cat"
