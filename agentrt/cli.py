@@ -113,9 +113,12 @@ def _engine(args: argparse.Namespace):
                   num_threads=args.threads, cpu_decode_threads=args.cpu_decode_threads)
 
 
-def _render(engine, messages: list[dict[str, str]]) -> str:
-    return engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                tokenize=False)
+def _render(engine, messages: list[dict[str, str]]) -> list[int]:
+    """The prompt's token ids, as the chat layer makes them for serve: a message's text that
+    writes a special token (``<|im_end|>``) stays plain text and cannot forge a turn."""
+    from agentrt.chat.template import encode_prompt, render_prompt
+
+    return encode_prompt(engine.tokenizer, render_prompt(engine.tokenizer, messages), messages)
 
 
 def _messages(system: str | None) -> list[dict[str, str]]:
