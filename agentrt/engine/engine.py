@@ -317,6 +317,9 @@ class Engine:
                       opts: RequestOptions, subscribers: list[Callable[[Any], None]]
                       ) -> list[Request]:
         """Submit every prompt of ``batch`` in one admission, or none (a bad one raises)."""
+        if opts.request_id is not None and len(batch) > 1:
+            raise ValueError(f"request_id={opts.request_id!r} names one request; a batch of "
+                             f"{len(batch)} prompts takes none (each gets its own)")
         reqs: list[Request] = []
         with self._lock:
             try:

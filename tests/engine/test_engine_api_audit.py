@@ -89,6 +89,12 @@ def test_params_of_another_type_are_a_type_error(engine, params):
     assert not engine.core.requests
 
 
+def test_one_request_id_for_a_batch_is_a_clear_error(engine):
+    with pytest.raises(ValueError, match="a batch of 2 prompts"):
+        engine.generate(PROMPTS[:2], SamplingParams(max_tokens=2), request_id="audit-batch")
+    assert not engine.core.requests
+
+
 @pytest.mark.parametrize("prompts", [None, 3, {"prompt": "Hi"}, 1.5, ["Hi", None]])
 def test_prompts_of_another_type_are_a_type_error(engine, prompts):
     with pytest.raises(TypeError, match="prompt"):
