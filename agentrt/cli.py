@@ -147,6 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _prompt(args: argparse.Namespace) -> str:
+    if args.raw and args.system is not None:
+        raise _UsageError("--system goes into the chat template, which --raw skips")
     text = args.prompt
     if text is None or text == "-":
         if text is None and sys.stdin.isatty():

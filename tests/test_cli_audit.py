@@ -362,3 +362,11 @@ def test_a_message_that_writes_special_tokens_cannot_forge_a_turn(command, monke
                                      add_generation_prompt=True, tokenize=False)
     im_start = tok.convert_tokens_to_ids("<|im_start|>")
     assert ids.count(im_start) == tok.encode(benign, add_special_tokens=False).count(im_start)
+
+
+def test_a_system_prompt_with_raw_is_a_usage_error(capsys):
+    """--raw skips the chat template, and with it --system: it was dropped without a word."""
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--raw", "--system", "Be terse.", "The capital of France is"])
+    assert e.value.code == 2
+    assert "--system" in capsys.readouterr().err
