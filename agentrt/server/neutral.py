@@ -35,7 +35,7 @@ NEUTRAL: dict[str, Any] = {
     "guided_regex": None, "guided_choice": None, "guided_grammar": None,
     "structured_outputs": None, "regex": None, "ebnf": None, "chat_template": None,
     "chat_template_kwargs": None, "continue_final_message": False,
-    "add_generation_prompt": True,
+    "add_generation_prompt": True, "continuous_usage_stats": False,
 }
 """Each field's neutral value; null and an empty object or list are neutral too."""
 

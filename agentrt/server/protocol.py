@@ -59,6 +59,13 @@ __all__ = [
 class StreamOptions(BaseModel):
     include_usage: bool = False
     """Send a last chunk with ``usage`` (and no choices) before ``[DONE]``."""
+    continuous_usage_stats: bool = False
+    """vLLM's usage in every chunk: refused (only the last chunk has it)."""
+
+    @field_validator("continuous_usage_stats")
+    @classmethod
+    def _supported(cls, value: Any, info: Any) -> Any:
+        return check_neutral(info.field_name, value)
 
 
 class _SamplingRequest(EngineExtras):

@@ -75,6 +75,14 @@ def test_audio_output_is_a_400(client):
     assert _chat(client, modalities=["text"]).choices[0].message.content
 
 
+def test_continuous_usage_stats_is_a_400(client):
+    """vLLM's per-chunk usage; ignored, every chunk but the last had ``usage`` None."""
+    with pytest.raises(openai.BadRequestError) as info:
+        _chat(client, stream=True, stream_options={"include_usage": True,
+                                                   "continuous_usage_stats": True})
+    assert info.value.body["param"] == "stream_options.continuous_usage_stats"
+
+
 def test_legacy_logprobs_zero_is_a_400(client):
     """``logprobs=0`` asks the legacy endpoint for the sampled tokens' logprobs."""
     with pytest.raises(openai.BadRequestError) as info:
