@@ -4,7 +4,8 @@ works as OpenAI documents it, or fails with a 400 naming the field — never sil
 The fields other OpenAI-compatible servers honour (vLLM's and SGLang's sampling extras sent
 through ``extra_body``, OpenAI's deprecated ``functions``, audio output) are refused unless
 they ask for nothing; ``usage.prompt_tokens_details.cached_tokens`` is reported as OpenAI
-does. Generations stay short (at most 16 tokens)."""
+does; an API key is checked as vLLM's ``--api-key`` is (an in-process app on the session
+engine). Generations stay short (at most 16 tokens)."""
 
 from __future__ import annotations
 
