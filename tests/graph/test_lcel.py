@@ -187,3 +187,24 @@ def test_each_construct_lowers_to_its_primitives(llm, retriever):
     fallback = lower(RunnableLambda(len).with_fallbacks([RunnableLambda(str)]))
     gate = next(n for n in fallback if n.kind is Kind.CONDITION)
     assert gate.attrs["catch"] and fallback.output.attrs["select"]
+
+
+def test_the_lowered_index_search_runs_off_the_event_loop(retriever, monkeypatch):
+    """faiss blocks: the Searching node runs it in a worker thread, as the retriever's own
+    ``ainvoke`` does, so the loop keeps serving the graph's other nodes meanwhile."""
+    import threading
+
+    index = retriever.index
+    threads: list[threading.Thread] = []
+    search = index.search
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(index, "search", recording)
+    fast = compile(retriever)
+    got = fast.invoke("How do I parse JSON?")
+    assert [d.page_content for d in got] == [
+        d.page_content for d in retriever.invoke("How do I parse JSON?")]
+    assert threads and threads[0] is not threading.main_thread()

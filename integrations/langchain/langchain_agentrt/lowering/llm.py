@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from langchain_core.language_models import BaseChatModel
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.retrievers import BaseRetriever
@@ -102,8 +103,9 @@ def _index_retriever(w: Walker, r: Any, src: Node) -> Node:
     async def embed(args: dict[str, Any]) -> Any:
         return await index.embedder.aembed_query(args["x"])
 
-    async def search(args: dict[str, Any]) -> list[Any]:
-        return [_document(hit) for hit in index.search(args["x"], k)]
+    async def search(args: dict[str, Any]) -> list[Any]:  # faiss off the event loop
+        hits = await anyio.to_thread.run_sync(index.search, args["x"], k)
+        return [_document(hit) for hit in hits]
     vec = w.graph.add(Kind.EMBEDDING, "embed query", embed, {"x": src}, engine="embedding",
                       batchable=True)
     return w.graph.add(Kind.SEARCHING, "search", search, {"x": vec}, engine="vector")
