@@ -370,3 +370,18 @@ def test_a_system_prompt_with_raw_is_a_usage_error(capsys):
         main(["run", "--raw", "--system", "Be terse.", "The capital of France is"])
     assert e.value.code == 2
     assert "--system" in capsys.readouterr().err
+
+
+def test_an_ollama_model_named_without_the_prefix_is_pointed_at(tmp_path, monkeypatch, capsys):
+    """`--model llama3`, as `ollama run llama3` takes it: a miss that never said the model
+    was in Ollama's store under ollama:llama3."""
+    manifest = tmp_path / "ollama" / "manifests" / "registry.ollama.ai" / "library" / "llama3"
+    manifest.mkdir(parents=True)
+    (manifest / "latest").write_text("{}")
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--model", "llama3", "hi"]) == 1
+    assert "has it: pass 'ollama:llama3:latest'" in capsys.readouterr().err
+    assert main(["run", "--model", "mistral", "hi"]) == 1
+    assert "has it" not in capsys.readouterr().err

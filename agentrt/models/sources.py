@@ -163,10 +163,27 @@ def locate(model: str | Path | None = None) -> tuple[Path, Source]:
             return found, source
     looked = "\n".join(f"  - {m.where}: {m.why}" for m in misses)
     raise ModelNotFoundError(
-        f"model {spec!r} not found (nothing is downloaded). Looked:\n{looked}\nPass a .gguf "
+        f"model {spec!r} not found (nothing is downloaded). Looked:\n{looked}\n"
+        f"{_ollama_hint(spec)}Pass a .gguf "
         "file, a Hugging Face model folder, a hub id already in the Hugging Face cache "
         f"(org/name), ollama:{_OLLAMA_FORM}, or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
     )
+
+
+def _ollama_hint(spec: str) -> str:
+    """A line naming ``ollama:<spec>`` when Ollama's store holds that name (``llama3``, as
+    ``ollama run llama3`` takes it), else ''."""
+    try:
+        name = parse_ollama_name(spec)
+    except ValueError:
+        return ""
+    for models in env.ollama_models_dirs():
+        try:
+            if models.joinpath("manifests", *name).is_file():
+                return f"Ollama's store {models} has it: pass 'ollama:{name.short}'.\n"
+        except OSError:
+            continue
+    return ""
 
 
 def default_gguf() -> Path:
