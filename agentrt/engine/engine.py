@@ -55,10 +55,12 @@ class Engine:
     - ``generate`` takes one prompt (text or token ids) and returns one
       :class:`RequestOutput`, or a list and returns a list in the same order; an empty
       list is an empty token-id prompt (a ``ValueError``), not an empty batch;
-    - there is no ``chat()``: render the messages with
+    - there is no ``chat()``: :mod:`agentrt.chat` is the chat layer
+      (``run_deltas(prepare_chat(engine, messages, max_tokens=...))``: validated messages,
+      tools, response formats; message text is encoded as text). Generating from
       ``engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-      tokenize=False)`` and generate from the text, or use :mod:`agentrt.chat`
-      (``prepare_chat(engine, messages)``: tools, response formats, reasoning);
+      tokenize=False)`` gives the same tokens for plain messages, but message text that
+      spells a special token (``<|im_end|>``) becomes that token: not for untrusted text;
     - ``astream`` yields :class:`StreamDelta` (the new text), not cumulative outputs;
       leaving it, or cancelling an ``agenerate``, aborts the request;
     - a bad prompt or parameter raises in the caller (``ValueError`` / ``TypeError``) and

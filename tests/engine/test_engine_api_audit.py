@@ -273,8 +273,8 @@ def test_chat_layer_equals_generate_on_the_rendered_template(engine):
     prompt = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                   tokenize=False)
     assert via_chat.token_ids == engine.generate(prompt, SamplingParams(max_tokens=8)).token_ids
-    with pytest.raises((ValueError, TypeError)):
-        prepare_chat(engine, [{"content": "no role"}])
+    with pytest.raises(ValueError, match="role"):
+        prepare_chat(engine, [{"role": "wizard", "content": "hi"}])
 
 
 def test_a_closed_engine_refuses_work_and_ends_its_requests():
