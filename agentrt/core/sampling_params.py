@@ -86,7 +86,7 @@ class SamplingParams:
     """0 (or below 1e-5, as vLLM) = greedy (argmax); above, samples from the tempered
     distribution."""
     top_k: int = 0
-    """Keep only the k most likely tokens (0 = off)."""
+    """Keep only the k most likely tokens (0 = off; vLLM's and SGLang's -1 is taken as 0)."""
     top_p: float = 1.0
     """Keep the smallest set of tokens whose probability reaches p (1 = off)."""
     seed: int | None = None
@@ -137,8 +137,9 @@ class SamplingParams:
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be >= 0 (or -1, vLLM's 'off'), got {self.top_k}")
+        object.__setattr__(self, "top_k", max(0, int(self.top_k)))
         self._check_stops()
         if self.logprobs is not None and (not _is_int(self.logprobs) or self.logprobs < 0):
             raise ValueError(f"logprobs must be None or an integer >= 0, got "

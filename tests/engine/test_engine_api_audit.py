@@ -61,6 +61,12 @@ def test_none_stop_lists_mean_none_as_in_vllm():
     assert params == SamplingParams()
 
 
+def test_top_k_minus_one_is_off_as_in_vllm_and_sglang():
+    assert SamplingParams(top_k=-1) == SamplingParams(top_k=0)
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingParams(top_k=-2)
+
+
 def test_max_tokens_none_says_how_to_run_to_the_context():
     with pytest.raises(ValueError, match="max_model_len"):
         SamplingParams(max_tokens=None)
