@@ -113,7 +113,8 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                  seed: int | None = None, timeout: float | None = None,
                  request_id: str | None = None,
                  tool_format: str | ToolCallFormat | None = None,
-                 chat_template: str | None = None) -> ChatCall:
+                 chat_template: str | None = None,
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> ChatCall:
     """Render, tokenize and parameterize one call on ``backend`` (a
     :class:`~agentrt.backends.base.Backend`, or an :class:`agentrt.Engine`: its local one).
 
@@ -121,9 +122,10 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     (default), ``"none"``, ``"required"`` / ``"any"``, a tool's name or OpenAI's dict form;
     ``response_format`` is OpenAI's ``json_object`` / ``json_schema`` form. With
     ``constrained`` (the default) tool calls and JSON answers are grammar-constrained.
-    ``chat_template`` replaces the tokenizer's; ``tool_format`` (``"hermes"``, ``"llama3"``,
-    ``"mistral"``) overrides the one read from the template. Raises ``ValueError`` for input
-    the call cannot honour.
+    ``chat_template`` replaces the tokenizer's; ``chat_template_kwargs`` are variables the
+    template reads (Qwen3's ``{"enable_thinking": False}``); ``tool_format`` (``"hermes"``,
+    ``"llama3"``, ``"mistral"``) overrides the one read from the template. Raises
+    ``ValueError`` for input the call cannot honour.
     """
     backend = as_backend(backend)
     tokenizer = backend.tokenizer
@@ -133,7 +135,7 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     fmt = detect_format(template, tool_format)
     prompt = render_prompt(tokenizer, messages, tools,
                            system_note=_format_note(response_format), tool_format=fmt,
-                           chat_template=chat_template)
+                           chat_template=chat_template, template_kwargs=chat_template_kwargs)
     reasoning = detect_reasoning(template, prompt)
     prompt_ids = encode_prompt(tokenizer, prompt, messages)
     grammar = None

@@ -98,17 +98,22 @@ def template_caps(tokenizer: Any, chat_template: str | None = None) -> TemplateC
 
 def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
                   tools: Sequence[dict[str, Any]] = (), *, system_note: str | None = None,
-                  tool_format: ToolCallFormat = HERMES, chat_template: str | None = None
-                  ) -> str:
+                  tool_format: ToolCallFormat = HERMES, chat_template: str | None = None,
+                  template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The generation prompt for OpenAI-format ``messages`` and ``tools`` (+ a system note).
 
     ``tool_format`` writes assistant calls for templates that cannot; ``chat_template``
-    replaces the tokenizer's own. Raises ``ValueError`` for a message the engine cannot
-    render (an unknown role, a media part: the engine runs text-only models).
+    replaces the tokenizer's own; ``template_kwargs`` are variables the template reads
+    (Qwen3's ``enable_thinking``: vLLM's and SGLang's ``chat_template_kwargs``). Raises
+    ``ValueError`` for a message the engine cannot render (an unknown role, a media part: the
+    engine runs text-only models) or a template variable that is not a plain name or is one
+    of ``apply_chat_template``'s own arguments.
     """
     caps = template_caps(tokenizer, chat_template)
     dicts = [_to_template(m, caps, tool_format) for m in messages]
-    extra: dict[str, Any] = {"chat_template": chat_template} if chat_template else {}
+    extra: dict[str, Any] = dict(check_template_kwargs(template_kwargs))
+    if chat_template:
+        extra["chat_template"] = chat_template
     if tools and caps.renders_tools:
         extra["tools"] = list(tools)
     elif tools:
@@ -117,6 +122,31 @@ def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
         dicts = _with_system_note(dicts, system_note)
     return tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False,
                                          **extra)
+
+
+_RESERVED_KWARGS = frozenset({
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+    "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"})
+"""``apply_chat_template``'s own arguments (and the template's ``messages``): never set by
+template variables, so a variable cannot swap the template or the conversation."""
+
+
+def check_template_kwargs(kwargs: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``kwargs`` (None: none) if each is a template variable a caller may set, else a
+    ``ValueError`` naming the one that is not."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"chat template variables must be a mapping of names to values, "
+                         f"got {type(kwargs).__name__}")
+    for name in kwargs:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"chat template variable {name!r} is not a plain name")
+        if name in _RESERVED_KWARGS:
+            raise ValueError(f"chat template variable {name!r} is set by agentrt itself, "
+                             f"not by chat_template_kwargs")
+    return kwargs
 
 
 _DATA_ROLES = frozenset({"system", "developer", "user", "tool"})

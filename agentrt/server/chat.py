@@ -84,6 +84,7 @@ async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
         response_format=body.output_format, parallel_tool_calls=bool(body.parallel_tool_calls),
         stop=body.stops, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
         seed=body.seed, max_tokens=body.output_limit or state.max_model_len,
+        chat_template_kwargs=body.chat_template_kwargs,
         request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
     try:
         call = await anyio.to_thread.run_sync(prepare)

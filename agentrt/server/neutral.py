@@ -34,7 +34,7 @@ NEUTRAL: dict[str, Any] = {
     "return_tokens_as_token_ids": False, "lora_path": None, "guided_json": None,
     "guided_regex": None, "guided_choice": None, "guided_grammar": None,
     "structured_outputs": None, "regex": None, "ebnf": None, "chat_template": None,
-    "chat_template_kwargs": None, "continue_final_message": False,
+    "continue_final_message": False,
     "add_generation_prompt": True, "continuous_usage_stats": False,
 }
 """Each field's neutral value; null and an empty object or list are neutral too."""
@@ -111,7 +111,6 @@ class ChatExtras(BaseModel):
     ignore_eos: Any = None
     stop_token_ids: Any = None
     chat_template: Any = None
-    chat_template_kwargs: Any = None
     continue_final_message: Any = None
     add_generation_prompt: Any = None
 

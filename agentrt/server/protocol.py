@@ -196,6 +196,9 @@ class ChatCompletionRequest(_SamplingRequest, ChatExtras):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     """OpenAI's newer name of ``max_tokens``; wins when both are given."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """vLLM's and SGLang's extension: variables the chat template reads (Qwen3's
+    ``{"enable_thinking": false}``); apply_chat_template's own arguments are a 400."""
 
     @property
     def output_limit(self) -> int | None:

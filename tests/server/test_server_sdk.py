@@ -34,7 +34,7 @@ def _chat(client, **fields):
     ("stop_token_ids", [2]), ("skip_special_tokens", False),
     ("include_stop_str_in_output", True), ("guided_json", {"type": "object"}),
     ("guided_regex", "[0-9]+"), ("guided_choice", ["yes", "no"]), ("use_beam_search", True),
-    ("chat_template_kwargs", {"enable_thinking": False}), ("continue_final_message", True),
+    ("continue_final_message", True),
     ("add_generation_prompt", False), ("regex", "[0-9]+"), ("best_of", 2),
 ])
 def test_sampling_extras_agentrt_does_not_honour_are_a_400(client, field, value):
@@ -54,6 +54,18 @@ def test_sampling_extras_at_their_neutral_value_are_accepted(client):
                "chat_template_kwargs": {}}
     assert _chat(client, extra_body=neutral).choices[0].message.content == \
         _chat(client).choices[0].message.content
+
+
+def test_chat_template_kwargs_reach_the_template_and_cannot_replace_it(client):
+    """Qwen3 users send ``{"enable_thinking": false}``: a variable SmolLM2's template does not
+    read changes nothing; one of apply_chat_template's own arguments is a 400 naming it."""
+    plain = _chat(client).choices[0].message.content
+    kwargs = {"chat_template_kwargs": {"enable_thinking": False}}
+    assert _chat(client, extra_body=kwargs).choices[0].message.content == plain
+    with pytest.raises(openai.BadRequestError, match="chat_template"):
+        _chat(client, extra_body={"chat_template_kwargs": {"chat_template": "{{ 'x' }}"}})
+    with pytest.raises(openai.BadRequestError):
+        _chat(client, extra_body={"chat_template_kwargs": ["enable_thinking"]})
 
 
 def test_guided_decoding_error_points_at_response_format(client):

@@ -81,6 +81,9 @@ class ChatAgentRT(BaseChatModel):
     """Stream by default (``invoke`` goes through ``_stream``)."""
     constrained: bool = True
     """Grammar-constrain tool calls and structured output (needs ``xgrammar``)."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Variables the model's chat template reads, as vLLM's and SGLang's
+    ``chat_template_kwargs`` (Qwen3: ``{"enable_thinking": False}``); also per call."""
 
     # --- LangChain metadata --------------------------------------------------------------------
     # NOTE: not lc-serializable: langchain_core.load only loads classes in its own mapping.

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Progress", "arun_deltas", "prepare_call", "run_deltas"]
 
-_SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed")
+_SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "chat_template_kwargs")
 _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 # strict: constrained decoding is always strict; stream_usage: the last chunk always has usage
 _IGNORED = ("stream", "strict", "stream_usage")

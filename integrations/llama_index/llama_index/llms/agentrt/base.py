@@ -102,6 +102,9 @@ class AgentRT(FunctionCallingLLM):
         default=None, description="Seconds one call may take (then aborted, TimeoutError).")
     constrained: bool = Field(
         default=True, description="Grammar-constrain tool calls (needs xgrammar).")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="Variables the chat template reads, as vLLM's "
+        "chat_template_kwargs (Qwen3: {'enable_thinking': False}); also per call.")
     context_window: int | None = Field(
         default=None, gt=0, description="Tokens of prompt + output; None = the engine's limit "
         "(a larger value is reported as the engine's: it cannot hold more).")

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Progress", "prepare_call", "prepare_raw"]
 
-_SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "stop", "timeout")
+_SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "stop", "timeout",
+             "chat_template_kwargs")
 _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 
 
