@@ -172,7 +172,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         print("agentrt chat: /? for help, /bye or Ctrl-D to quit", file=sys.stderr)
     messages = _messages(args.system)
     try:
-        while (line := _read_line(tty)) is not None:
+        while (line := _read_message(tty)) is not None:
             if line.startswith("/"):
                 if not _chat_command(line, messages, args.system):
                     break
@@ -187,6 +187,7 @@ _CHAT_HELP = """commands:
   /bye, /exit    end the chat (so does Ctrl-D)
   /clear         forget the conversation (keeps --system)
   /?, /help      this list
+\"\"\" opens and closes a message of several lines.
 Ctrl-C stops an answer (that turn is forgotten); an empty line is ignored."""
 _CHAT_EPILOG = f"""{_CHAT_HELP}
 
@@ -195,12 +196,25 @@ examples:
   printf 'My name is Ada.\\nWhat is my name?\\n' | agentrt chat --max-tokens 32"""
 
 
-def _read_line(tty: bool) -> str | None:
-    """The user's next line, stripped; None at the end of input (Ctrl-D). Ctrl-C at a
-    terminal's prompt only says how to quit, as in Ollama; elsewhere it ends the chat (130)."""
+def _read_message(tty: bool) -> str | None:
+    """The user's next line, stripped, or the lines from one that starts with \"\"\" to one that
+    ends with it (a message of several lines, as Ollama takes it); None at the end of input."""
+    first = _read_line(tty, "you> ")
+    if first is None or not first.lstrip().startswith('"""'):
+        return None if first is None else first.strip()
+    text = first.lstrip()[3:]
+    while not text.rstrip().endswith('"""') and (line := _read_line(tty, "... ")) is not None:
+        text += "\n" + line
+    return text.rstrip().removesuffix('"""').strip()
+
+
+def _read_line(tty: bool, prompt: str) -> str | None:
+    """The next line as typed (a terminal shows ``prompt``); None at the end of input (Ctrl-D).
+    Ctrl-C at a terminal's prompt only says how to quit, as in Ollama; elsewhere it ends the
+    chat (130)."""
     while True:
         try:
-            return input("you> " if tty else "").strip()
+            return input(prompt if tty else "")
         except EOFError:
             if tty:
                 print()

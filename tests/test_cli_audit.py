@@ -385,3 +385,12 @@ def test_an_ollama_model_named_without_the_prefix_is_pointed_at(tmp_path, monkey
     assert "has it: pass 'ollama:llama3:latest'" in capsys.readouterr().err
     assert main(["run", "--model", "mistral", "hi"]) == 1
     assert "has it" not in capsys.readouterr().err
+
+
+def test_a_multi_line_message_is_one_turn(monkeypatch, capsys, on_session_engine, engine):
+    """A pasted text of several lines was several turns, each answered; \"\"\" opens and closes
+    one message, as in Ollama, and keeps its lines' indentation."""
+    _stdin(monkeypatch, '"""Fix this:\n    x = 1\n  y = 2"""\n/bye\n')
+    assert main(["chat", "--max-tokens", "2"]) == 0
+    assert len(on_session_engine) == 1
+    assert "Fix this:\n    x = 1\n  y = 2<|im_end|>" in _text(engine, on_session_engine[0])
