@@ -341,7 +341,9 @@ class Engine:
         if params is None:
             return
         if not isinstance(params, SamplingParams):
-            hint = " (SamplingParams(**params) builds one)" if isinstance(params, dict) else ""
+            hint = " (SamplingParams(**params) builds one)" if isinstance(params, dict) else \
+                " (one for the whole batch: per-prompt params are one call each, e.g. " \
+                "asyncio.gather of agenerate calls)" if isinstance(params, list | tuple) else ""
             raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}{hint}")
         vocab = self.core.model_config.vocab_size
         if params.logprobs is not None and params.logprobs > vocab:

@@ -88,7 +88,7 @@ def test_logprobs_beyond_the_vocabulary_fail_at_submit(engine):
     assert len(out.logprobs) == 2 and all(len(lp) in (3, 4) for lp in out.logprobs)
 
 
-@pytest.mark.parametrize("params", [{"max_tokens": 2}, 5, "greedy"])
+@pytest.mark.parametrize("params", [{"max_tokens": 2}, 5, "greedy", [SamplingParams()] * 2])
 def test_params_of_another_type_are_a_type_error(engine, params):
     with pytest.raises(TypeError, match="SamplingParams"):
         engine.generate("Hi", params)
