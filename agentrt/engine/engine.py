@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import numbers
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,7 +23,7 @@ from agentrt.core.openmp import release_openmp_pool
 from agentrt.core.options import RequestOptions
 from agentrt.core.request import Request
 from agentrt.core.sampling_params import SamplingParams
-from agentrt.engine.llm_engine import LLMEngine
+from agentrt.engine.llm_engine import LLMEngine, is_prompt
 from agentrt.engine.output_processor import StepUpdate, make_update
 from agentrt.engine.outputs import EngineLoad, EngineStats, RequestOutput, StreamDelta
 from agentrt.intercept import CostModel
@@ -295,7 +294,6 @@ class Engine:
         exists, the driver thread's parallel regions lose their spin-wait.
         """
         release_openmp_pool()
-        self._check_call(prompt, params)
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, options, **fields)
@@ -307,7 +305,6 @@ class Engine:
     def _submit_resume(self, request_id, appended, params, options, subscriber,
                        kwargs) -> Request:
         release_openmp_pool()  # as in submit()
-        self._check_call(appended, params)
         with self._lock:
             self._check_open()
             req = self.core.resume(request_id, appended, params, options, **kwargs)
@@ -332,23 +329,6 @@ class Engine:
                     self.abort(req.request_id)
                 raise
         return reqs
-
-    def _check_call(self, prompt: object, params: object) -> None:
-        """Raise in the caller for what the engine cannot take (before anything is queued)."""
-        if not _is_prompt(prompt):
-            raise TypeError(f"a prompt is a string or a list of token ids, got "
-                            f"{type(prompt).__name__}")
-        if params is None:
-            return
-        if not isinstance(params, SamplingParams):
-            hint = " (SamplingParams(**params) builds one)" if isinstance(params, dict) else \
-                " (one for the whole batch: per-prompt params are one call each, e.g. " \
-                "asyncio.gather of agenerate calls)" if isinstance(params, list | tuple) else ""
-            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}{hint}")
-        vocab = self.core.model_config.vocab_size
-        if params.logprobs is not None and params.logprobs > vocab:
-            raise ValueError(f"logprobs={params.logprobs} asks for more alternatives than the "
-                             f"vocabulary has ({vocab})")
 
     def close(self) -> None:
         """Stop the driver thread, aborting unfinished requests."""
@@ -492,17 +472,11 @@ def _async_queue() -> tuple[asyncio.Queue, Callable[[Any], None]]:
     return q, lambda item: loop.call_soon_threadsafe(q.put_nowait, item)
 
 
-def _is_prompt(value: object) -> bool:
-    """Text, or token ids (a list or tuple of integers; empty is a prompt, refused later)."""
-    return isinstance(value, str) or isinstance(value, list | tuple) and all(
-        isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in value)
-
-
 def _prompt_batch(prompts: object) -> tuple[list[Prompt], bool]:
     """The prompts of a ``generate`` call, and whether it was given one prompt."""
-    if _is_prompt(prompts):
+    if is_prompt(prompts):
         return [prompts], True  # type: ignore[list-item]
-    if isinstance(prompts, list | tuple) and all(_is_prompt(p) for p in prompts):
+    if isinstance(prompts, list | tuple) and all(is_prompt(p) for p in prompts):
         return list(prompts), False
     raise TypeError(f"prompts must be a prompt (a string or a list of token ids) or a list of "
                     f"prompts, got {type(prompts).__name__}")

@@ -14,6 +14,7 @@ warm-up unless ``enforce_eager``.
 from __future__ import annotations
 
 import itertools
+import numbers
 import time
 from collections import deque
 from typing import Any
@@ -43,10 +44,16 @@ from agentrt.scheduler.jobs import SegmentPredictor
 from agentrt.scheduler.policies import get_policy
 from agentrt.scheduler.scheduler import Scheduler
 
-__all__ = ["EngineStats", "LLMEngine", "StepUpdate"]
+__all__ = ["EngineStats", "LLMEngine", "StepUpdate", "is_prompt"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _counter = itertools.count()
+
+
+def is_prompt(value: object) -> bool:
+    """Text, or token ids (a list or tuple of integers; empty is a prompt, refused later)."""
+    return isinstance(value, str) or isinstance(value, list | tuple) and all(
+        isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in value)
 
 
 class LLMEngine:
@@ -178,6 +185,7 @@ class LLMEngine:
         as keyword ``fields``, applied on top of ``options``. A ``params.grammar`` is
         compiled into the request's logits processor here.
         """
+        self._check_input(prompt, params)
         opts = RequestOptions.of(options, **fields)
         params = with_grammar_processor(params or SamplingParams(), self)
         ids = self.encode(prompt)
@@ -209,6 +217,7 @@ class LLMEngine:
         req = self._get(request_id)
         if req.status is not RequestStatus.INTERCEPTED:
             raise ValueError(f"request {request_id!r} is {req.status.value}, not paused")
+        self._check_input(appended, params)
         opts = (options or self._options_of(req)).updated(fields)
         if opts.request_id not in (None, request_id):
             raise ValueError(f"options name request {opts.request_id!r}, not {request_id!r}")
@@ -341,6 +350,23 @@ class LLMEngine:
         return make_update(req, [], "", True, error=exc)
 
     # --- helpers ---------------------------------------------------------------------------
+    def _check_input(self, prompt: object, params: object) -> None:
+        """Raise for a prompt or params the engine cannot take, before anything is queued."""
+        if not is_prompt(prompt):
+            raise TypeError(f"a prompt is a string or a list of token ids, got "
+                            f"{type(prompt).__name__}")
+        if params is None:
+            return
+        if not isinstance(params, SamplingParams):
+            hint = " (SamplingParams(**params) builds one)" if isinstance(params, dict) else \
+                " (one for the whole batch: per-prompt params are one call each, e.g. " \
+                "asyncio.gather of agenerate calls)" if isinstance(params, list | tuple) else ""
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}{hint}")
+        vocab = self.model_config.vocab_size
+        if params.logprobs is not None and params.logprobs > vocab:
+            raise ValueError(f"logprobs={params.logprobs} asks for more alternatives than the "
+                             f"vocabulary has ({vocab})")
+
     def _check_prompt(self, ids: list[int]) -> None:
         if not ids:
             raise ValueError("the prompt is empty")

@@ -92,6 +92,18 @@ def test_logprobs_beyond_the_vocabulary_fail_at_submit(engine):
 def test_params_of_another_type_are_a_type_error(engine, params):
     with pytest.raises(TypeError, match="SamplingParams"):
         engine.generate("Hi", params)
+    with pytest.raises(TypeError, match="SamplingParams"):  # the core checks it too
+        engine.core.add_request("Hi", params)
+    assert not engine.core.requests
+
+
+def test_the_core_refuses_what_the_front_door_refuses(engine):
+    """``LLMEngine`` callers (backends, sessions) get the same checks as ``Engine``'s."""
+    vocab = engine.core.model_config.vocab_size
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine.core.add_request("Hi", SamplingParams(max_tokens=2, logprobs=vocab + 1))
+    with pytest.raises(TypeError, match="prompt"):
+        engine.core.add_request(None)
     assert not engine.core.requests
 
 
@@ -293,11 +305,12 @@ def test_a_closed_engine_refuses_work_and_ends_its_requests():
             started.set()
 
         worker = threading.Thread(target=lambda: got.__setitem__("out", own.generate(
-            PROMPTS[0], SamplingParams(max_tokens=16, ignore_eos=True), hook=hook)))
+            PROMPTS[0], SamplingParams(max_tokens=1000, ignore_eos=True), hook=hook)))
         worker.start()
         assert started.wait(60)
     worker.join(30)
-    assert got["out"].finish_reason == "abort" and len(got["out"].token_ids) < 16
+    # NOTE: 1000 tokens take seconds, the close a few steps: the request is cut, not done
+    assert got["out"].finish_reason == "abort" and len(got["out"].token_ids) < 1000
     assert "closed" in repr(own)
     for call in (lambda: own.generate("Hi"), lambda: next(own.stream("Hi")),
                  lambda: asyncio.run(own.agenerate("Hi"))):
