@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import get_args
 
+from agentrt import env
 from agentrt._version import __version__
 from agentrt.backends import BACKENDS
 from agentrt.config import CpuDecodeThreads, DType, GGUFActivations, Quantization
@@ -291,10 +292,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
               log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,
-              **engine_options)
+              api_key=args.api_key or env.api_key(), **engine_options)
     except ConnectionError as exc:
         print(f"agentrt: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     return 0
 
 
@@ -321,8 +322,8 @@ _SERVE_EPILOG = """examples:
   curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "Hi"}]}'
 
-  from openai import OpenAI             # any OpenAI client; the api key is not checked
-  client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x")
+  from openai import OpenAI             # any OpenAI client; the key is checked only
+  client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="x")  # with --api-key
   client.chat.completions.create(model="SmolLM2-135M-Instruct",
                                  messages=[{"role": "user", "content": "Hi"}])
 
@@ -359,6 +360,10 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backend-url", default=None, metavar="URL",
                    help="the SGLang server or router for --backend sglang, e.g. "
                         "http://127.0.0.1:30000")
+    g.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every route but /health and "
+                        "/metrics, as vLLM's and SGLang's --api-key (default: "
+                        "$AGENTRT_API_KEY; unset = no key)")
     _add_model_group(p)
     g = p.add_argument_group("engine")
     g.add_argument("--max-batch", type=_positive_int, default=64,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "default_model", "hf_hub_cache", "ollama_models_dirs"]
+__all__ = ["api_key", "cache_dir", "default_model", "hf_hub_cache", "no_color",
+           "ollama_models_dirs"]
 
 
 def cache_dir() -> Path:
@@ -24,6 +25,17 @@ def cache_dir() -> Path:
 def default_model() -> str | None:
     """``$AGENTRT_MODEL``: a model folder or name to use instead of the embedded default."""
     return os.environ.get("AGENTRT_MODEL") or None
+
+
+def api_key() -> str | None:
+    """``$AGENTRT_API_KEY``: the key ``agentrt serve`` requires when ``--api-key`` is not
+    given (as vLLM reads ``$VLLM_API_KEY``); unset or empty = no key."""
+    return os.environ.get("AGENTRT_API_KEY") or None
+
+
+def no_color() -> bool:
+    """``$NO_COLOR`` (no-color.org): set and not empty = no ANSI colours in any output."""
+    return bool(os.environ.get("NO_COLOR"))
 
 
 def hf_hub_cache() -> Path:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentrt import env
+
 __all__ = ["serve"]
 
 
@@ -40,7 +42,7 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
         print(f"agentrt serve: {names} on http://{host}:{port}/v1 ({where})", flush=True)
         # NOTE: open streams get 5 s to finish on Ctrl-C, then they are cut (and aborted)
         uvicorn.run(app, host=host, port=port, log_level=log_level,
-                    timeout_graceful_shutdown=5)
+                    timeout_graceful_shutdown=5, use_colors=False if env.no_color() else None)
     finally:
         target.close()
 

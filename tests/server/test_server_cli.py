@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from agentrt.cli import build_parser
 
 
@@ -28,7 +30,7 @@ def test_a_front_server_without_its_backend_fails_before_listening():
     done = subprocess.run([sys.executable, "-m", "agentrt", "serve", "--backend", "sglang",
                            "--backend-url", "http://127.0.0.1:9"],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "on http://" not in done.stdout
+    assert done.returncode == 1 and "on http://" not in done.stdout  # an error, not usage
     assert "the sglang backend at http://127.0.0.1:9 did not answer" in done.stderr
 
 
@@ -37,3 +39,66 @@ def test_import_agentrt_does_not_import_the_server():
             "bad = {'fastapi', 'uvicorn', 'starlette', 'prometheus_client'} & set(sys.modules); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # a process of its own loads the model
+def test_api_key_flag_wins_over_the_environment_and_no_color_holds_on_a_terminal():
+    """``--api-key`` (vLLM's flag) keys every route but /health; it wins over
+    ``$AGENTRT_API_KEY``; with ``NO_COLOR`` uvicorn's log on a terminal has no ANSI codes."""
+    import os
+    import pty
+    import select
+    import time
+
+    import httpx
+
+    port = _free_port()
+    leader, follower = pty.openpty()
+    env = {**os.environ, "NO_COLOR": "1", "AGENTRT_API_KEY": "from-env"}
+    proc = subprocess.Popen([sys.executable, "-m", "agentrt", "serve", "--port", str(port),
+                             "--api-key", "from-flag", "--kv-cache-gb", "0.05"],
+                            stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 180
+        while b"Uvicorn running" not in seen and time.monotonic() < deadline:
+            if select.select([leader], [], [], 1)[0]:
+                try:
+                    seen += os.read(leader, 4096)
+                except OSError:
+                    break
+            assert proc.poll() is None, seen.decode(errors="replace")
+        assert b"Uvicorn running" in seen, seen.decode(errors="replace")
+        assert b"\x1b[" not in seen
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{base}/health").status_code == 200
+        for key, status in ((None, 401), ("from-env", 401), ("from-flag", 200)):
+            headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+            assert httpx.get(f"{base}/v1/models", headers=headers).status_code == status, key
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        os.close(leader)
+
+
+def test_the_api_key_comes_from_the_environment_without_the_flag(monkeypatch):
+    import agentrt.server
+    from agentrt.cli import main
+
+    got = {}
+    monkeypatch.setattr(agentrt.server, "serve", lambda *a, **kw: got.update(kw))
+    monkeypatch.setenv("AGENTRT_API_KEY", "from-env")
+    assert main(["serve", "--port", str(_free_port())]) == 0
+    assert got["api_key"] == "from-env"
+    monkeypatch.setenv("AGENTRT_API_KEY", "")
+    assert main(["serve", "--port", str(_free_port())]) == 0
+    assert got["api_key"] is None
