@@ -26,6 +26,14 @@ from typing import get_args
 from agentrt import env
 from agentrt._version import __version__
 from agentrt.backends import BACKENDS
+from agentrt.cli.repl import (
+    CHAT_EPILOG,
+    chat_command,
+    chat_turn,
+    read_message,
+    render,
+    system_messages,
+)
 from agentrt.config import CpuDecodeThreads, DType, GGUFActivations, Quantization
 
 __all__ = ["main"]
@@ -114,18 +122,6 @@ def _engine(args: argparse.Namespace):
                   num_threads=args.threads, cpu_decode_threads=args.cpu_decode_threads)
 
 
-def _render(engine, messages: list[dict[str, str]]) -> list[int]:
-    """The prompt's token ids, as the chat layer makes them for serve: a message's text that
-    writes a special token (``<|im_end|>``) stays plain text and cannot forge a turn."""
-    from agentrt.chat.template import encode_prompt, render_prompt
-
-    return encode_prompt(engine.tokenizer, render_prompt(engine.tokenizer, messages), messages)
-
-
-def _messages(system: str | None) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system}] if system else []
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Answer one prompt, streaming the reply to stdout. The prompt is the argument, or stdin
     when the argument is left out or is -."""
@@ -133,8 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = _engine(args)
     start, n = time.perf_counter(), 0
     try:
-        prompt = text if args.raw else _render(
-            engine, _messages(args.system) + [{"role": "user", "content": text.strip()}])
+        prompt = text if args.raw else render(
+            engine, system_messages(args.system) + [{"role": "user", "content": text.strip()}])
         for delta in engine.stream(prompt, params):
             n += len(delta.token_ids)
             print(delta.text, end="", flush=True)
@@ -171,96 +167,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
     tty = sys.stdin.isatty()
     if tty:
         print("agentrt chat: /? for help, /bye or Ctrl-D to quit", file=sys.stderr)
-    messages = _messages(args.system)
+    messages = system_messages(args.system)
     try:
-        while (line := _read_message(tty)) is not None:
+        while (line := read_message(tty)) is not None:
             if line.startswith("/"):
-                if not _chat_command(line, messages, args.system):
+                if not chat_command(line, messages, args.system):
                     break
             elif line:
-                _chat_turn(engine, params, messages, line, tty)
+                chat_turn(engine, params, messages, line, tty)
     finally:
         engine.close()
     return 0
-
-
-_CHAT_HELP = """commands:
-  /bye, /exit    end the chat (so does Ctrl-D)
-  /clear         forget the conversation (keeps --system)
-  /?, /help      this list
-\"\"\" opens and closes a message of several lines.
-Ctrl-C stops an answer (that turn is forgotten); an empty line is ignored."""
-_CHAT_EPILOG = f"""{_CHAT_HELP}
-
-examples:
-  agentrt chat --system 'You are terse.'
-  printf 'My name is Ada.\\nWhat is my name?\\n' | agentrt chat --max-tokens 32"""
-
-
-def _read_message(tty: bool) -> str | None:
-    """The user's next line, stripped, or the lines from one that starts with \"\"\" to one that
-    ends with it (a message of several lines, as Ollama takes it); None at the end of input."""
-    first = _read_line(tty, "you> ")
-    if first is None or not first.lstrip().startswith('"""'):
-        return None if first is None else first.strip()
-    text = first.lstrip()[3:]
-    while not text.rstrip().endswith('"""') and (line := _read_line(tty, "... ")) is not None:
-        text += "\n" + line
-    return text.rstrip().removesuffix('"""').strip()
-
-
-def _read_line(tty: bool, prompt: str) -> str | None:
-    """The next line as typed (a terminal shows ``prompt``); None at the end of input (Ctrl-D).
-    Ctrl-C at a terminal's prompt only says how to quit, as in Ollama; elsewhere it ends the
-    chat (130)."""
-    while True:
-        try:
-            return input(prompt if tty else "")
-        except EOFError:
-            if tty:
-                print()
-            return None
-        except KeyboardInterrupt:
-            if not tty:
-                raise
-            print("\n(/bye or Ctrl-D to quit)", file=sys.stderr)
-
-
-def _chat_command(line: str, messages: list[dict[str, str]], system: str | None) -> bool:
-    """Run a /command; False when it ends the chat."""
-    name = line.split()[0]
-    if name in ("/bye", "/exit"):
-        return False
-    if name == "/clear":
-        messages[:] = _messages(system)
-        print("(conversation cleared)", file=sys.stderr)
-    elif name in ("/?", "/help"):
-        print(_CHAT_HELP, file=sys.stderr)
-    else:
-        print(f"unknown command {name[:40]!r}; /? lists the commands", file=sys.stderr)
-    return True
-
-
-def _chat_turn(engine, params, messages: list[dict[str, str]], line: str, tty: bool) -> None:
-    """Answer one message; the turn joins the conversation only when its answer is whole (a
-    Ctrl-C or a conversation over the context leaves it as it was)."""
-    turn = [*messages, {"role": "user", "content": line}]
-    if tty:
-        print("assistant> ", end="", flush=True)
-    parts: list[str] = []
-    try:
-        with contextlib.closing(engine.stream(_render(engine, turn), params)) as deltas:
-            parts.extend(_echo(delta.text) for delta in deltas)
-    except KeyboardInterrupt:
-        print()
-        print("(answer interrupted)", file=sys.stderr)
-        return
-    except ValueError as exc:  # the conversation no longer fits the context
-        print()
-        print(f"agentrt: error: {exc} (/clear starts over)", file=sys.stderr)
-        return
-    print()
-    messages[:] = [*turn, {"role": "assistant", "content": "".join(parts)}]
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -418,11 +335,6 @@ def _port(text: str) -> int:
     return value
 
 
-def _echo(text: str) -> str:
-    print(text, end="", flush=True)
-    return text
-
-
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "run": (cmd_run, "answer one prompt on the local engine and stream the reply"),
     "chat": (cmd_chat, "chat interactively with the local engine"),
@@ -455,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="send the prompt as raw text, without the chat template")
     run.add_argument("--stats", action="store_true", help="print token count and speed")
     _add_model_args(run)
-    chat = sub.add_parser("chat", help=COMMANDS["chat"][1], epilog=_CHAT_EPILOG,
+    chat = sub.add_parser("chat", help=COMMANDS["chat"][1], epilog=CHAT_EPILOG,
                           description=inspect.cleandoc(cmd_chat.__doc__ or ""),
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_model_args(chat)
