@@ -20,22 +20,43 @@ sglang-router 0.3.2 routes ``/generate`` (cache-aware: a request goes to the wor
 tree holds the longest prefix of it) but not ``/open_session`` or ``/abort_request``. Behind
 a router, detected from ``/server_info``, a session is kept here: each call sends the
 whole context, and cache-aware routing brings it to the worker that has its prefix cached.
+
+Where this client differs from SGLang's own (``requests`` / ``aiohttp``) on purpose:
+
+- A server that cannot be reached or stops answering — refused, reset, ``timeout`` seconds
+  without a byte (per connect and per read, not for the whole call), a stream that ends
+  before its request finished — raises :class:`SGLangConnectionError` naming the URL (a
+  ``ConnectionError``), never a short answer; an error status raises :class:`SGLangError`
+  with the server's message. Either way a call in flight is aborted first.
+- A loopback URL (``127.0.0.1``, ``::1``, ``localhost``) ignores ``HTTP_PROXY`` and the other
+  proxy variables; any other host honours them.
+- A session the server no longer knows (it restarted, or the session was closed elsewhere) is
+  opened again under the same id with the whole context this client holds, once per call:
+  the call goes on, prefilling that context.
+- :meth:`SGLangBackend.close` also closes the sessions still open (their KV on the server).
+- Async calls keep one connection pool per event loop (so ``asyncio.run`` twice works).
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 
 from agentrt.backends.base import Backend, BackendCapabilities
 from agentrt.backends.sglang_protocol import (
     SGLANG_API_VERSION,
     ChunkParser,
+    SGLangConnectionError,
     SGLangError,
     error_message,
     generate_body,
@@ -47,7 +68,7 @@ from agentrt.core.options import RequestOptions
 from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
 
-__all__ = ["SGLANG_API_VERSION", "SGLangBackend", "SGLangError"]
+__all__ = ["SGLANG_API_VERSION", "SGLangBackend", "SGLangConnectionError", "SGLangError"]
 
 
 @dataclass
@@ -84,6 +105,12 @@ class _Call:
         if self.session is not None and not self.committed:
             self.session.last_rid, self.session.context = None, []
 
+    def afresh(self) -> _Call:
+        """This session call again, its whole context sent to a session opened anew."""
+        body = dict(self.body, input_ids=self.prompt_ids,
+                    session_params={"id": self.body["session_params"]["id"], "rid": None})
+        return _Call(self.rid, body, self.prompt_ids, self.session, ChunkParser(self.rid))
+
 
 class SGLangBackend(Backend):
     """A client of the SGLang server or router at ``url`` (e.g. ``http://127.0.0.1:30000``).
@@ -91,7 +118,9 @@ class SGLangBackend(Backend):
     ``sessions``: whether the server keeps sessions (None = ask it once: a router does not).
     ``session_capacity`` is SGLang's ``capacity_of_str_len`` for the sessions opened.
     ``tokenizer`` (a tokenizer or where one is) or ``model`` name the served model's
-    tokenizer when the server's own path is not on this machine.
+    tokenizer when the server's own path is not on this machine. ``timeout`` (seconds) bounds
+    connecting and each read, not a whole call. Thread-safe; see the module docs for where it
+    differs from SGLang's own client.
     """
 
     name = "sglang"
@@ -101,12 +130,16 @@ class SGLangBackend(Backend):
                  api_key: str | None = None, model: str | None = None,
                  tokenizer: Any = None) -> None:
         self.url = url.rstrip("/")
+        self.timeout = timeout
         self._model, self._tokenizer = model, tokenizer
         self._model_info: ModelInfo | None = None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._options = {"base_url": self.url, "timeout": timeout, "headers": headers}
+        self._options = {"base_url": self.url, "timeout": timeout, "headers": headers,
+                         "trust_env": not _is_loopback(self.url)}
         self._client = httpx.Client(**self._options)
-        self._aclient: httpx.AsyncClient | None = None
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                  httpx.AsyncClient] = weakref.WeakKeyDictionary()
+        self._is_closed = False
         self._server_sessions = sessions
         self._server_info: dict[str, Any] | None = None
         self.session_capacity = session_capacity
@@ -122,23 +155,26 @@ class SGLangBackend(Backend):
 
     def _has_sessions(self) -> bool:
         if self._server_sessions is None:
-            response = self._client.get("/server_info")
+            response = self._request("GET", "/server_info")
             if response.status_code == 404:  # a router, or SGLang before /server_info
-                response = self._client.get("/get_server_info")
+                response = self._request("GET", "/get_server_info")
             self._learn(response)
         return bool(self._server_sessions)
 
     async def _ahas_sessions(self) -> bool:
         if self._server_sessions is None:
-            client = self._async_client()
-            response = await client.get("/server_info")
+            response = await self._arequest("GET", "/server_info")
             if response.status_code == 404:
-                response = await client.get("/get_server_info")
+                response = await self._arequest("GET", "/get_server_info")
             self._learn(response)
         return bool(self._server_sessions)
 
     def _learn(self, response: httpx.Response) -> None:
-        """Server or router? (``session_kv_held``: agentrt's server says its sessions pin KV.)"""
+        """Server or router? (``session_kv_held``: agentrt's server says its sessions pin KV.)
+        Only a 404 (sglang-router 0.3.2 has neither endpoint) means a router; another error
+        status (a wrong API key, a server starting up) is raised, never taken for one."""
+        if response.status_code != 404:
+            _check_response(response)
         info = _json_or_none(response)
         self._server_sessions = not is_router_info(info)
         self._server_info = info if self._server_sessions else None
@@ -153,8 +189,8 @@ class SGLangBackend(Backend):
     @property
     def model_info(self) -> ModelInfo:
         if self._model_info is None:
-            info = _checked_json(self._client.get("/model_info"))
-            server = _json_or_none(self._client.get("/server_info")) or {}
+            info = _checked_json(self._request("GET", "/model_info"))
+            server = _json_or_none(self._request("GET", "/server_info")) or {}
             tok = self.tokenizer
             self._model_info = ModelInfo(
                 name=str(server.get("served_model_name") or info["model_path"]),
@@ -169,7 +205,7 @@ class SGLangBackend(Backend):
         return self.model_info.name
 
     def _info_path(self) -> str:
-        info = _checked_json(self._client.get("/model_info"))
+        info = _checked_json(self._request("GET", "/model_info"))
         return str(info.get("tokenizer_path") or info["model_path"])
 
     # --- generation ----------------------------------------------------------------------
@@ -179,8 +215,39 @@ class SGLangBackend(Backend):
         if session_id is not None:
             self._has_sessions()
         call = self._call(prompt_ids, params, session_id, keep, options)
+        try:
+            yield from self._stream(call)
+        except SGLangError as exc:
+            if not _is_lost_session(call, exc):
+                raise
+            _check_response(self._request("POST", "/open_session",
+                                          json=self._open_body(session_id)))
+            yield from self._stream(call.afresh())
+
+    async def astream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
+                      *, session_id: str | None = None, keep: int | None = None,
+                      options: RequestOptions | None = None) -> AsyncIterator[StreamDelta]:
+        if session_id is not None:
+            await self._ahas_sessions()
+        call = self._call(prompt_ids, params, session_id, keep, options)
+        try:
+            async with aclosing(self._astream(call)) as deltas:
+                async for delta in deltas:
+                    yield delta
+        except SGLangError as exc:
+            if not _is_lost_session(call, exc):
+                raise
+            _check_response(await self._arequest("POST", "/open_session",
+                                                 json=self._open_body(session_id)))
+            async with aclosing(self._astream(call.afresh())) as deltas:
+                async for delta in deltas:
+                    yield delta
+
+    def _stream(self, call: _Call) -> Iterator[StreamDelta]:
+        """One ``/generate`` streamed; aborted unless it finished."""
         finished = False
-        with self._client.stream("POST", "/generate", json=call.body) as response:
+        with self._reaching("POST /generate"), \
+                self._client.stream("POST", "/generate", json=call.body) as response:
             if response.is_error:
                 response.read()
                 _raise(response)
@@ -190,80 +257,128 @@ class SGLangBackend(Backend):
                     if delta is not None:
                         finished = delta.finished
                         yield delta
+                if not finished:
+                    raise self._cut_short(call)
             finally:
                 call.end()
                 if not finished:
                     self._abort_quietly(call.rid)
 
-    async def astream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
-                      *, session_id: str | None = None, keep: int | None = None,
-                      options: RequestOptions | None = None) -> AsyncIterator[StreamDelta]:
-        if session_id is not None:
-            await self._ahas_sessions()
-        call = self._call(prompt_ids, params, session_id, keep, options)
+    async def _astream(self, call: _Call) -> AsyncIterator[StreamDelta]:
         finished = False
-        client = self._async_client()
-        async with client.stream("POST", "/generate", json=call.body) as response:
-            if response.is_error:
-                await response.aread()
-                _raise(response)
-            try:
-                async for line in response.aiter_lines():
-                    delta = _parse_line(call, line)
-                    if delta is not None:
-                        finished = delta.finished
-                        yield delta
-            finally:
-                call.end()
-                if not finished:
-                    await self._aabort_quietly(call.rid)
+        with self._reaching("POST /generate"):
+            async with self._async_client().stream("POST", "/generate",
+                                                   json=call.body) as response:
+                if response.is_error:
+                    await response.aread()
+                    _raise(response)
+                try:
+                    async for line in response.aiter_lines():
+                        delta = _parse_line(call, line)
+                        if delta is not None:
+                            finished = delta.finished
+                            yield delta
+                    if not finished:
+                        raise self._cut_short(call)
+                finally:
+                    call.end()
+                    if not finished:
+                        with anyio.CancelScope(shield=True):  # NOTE: sent when cancelled too
+                            await self._aabort_quietly(call.rid)
+
+    def _cut_short(self, call: _Call) -> SGLangConnectionError:
+        return SGLangConnectionError(f"POST /generate to the SGLang server at {self.url} "
+                                     f"ended before request {call.rid} finished")
 
     # --- sessions ------------------------------------------------------------------------
     def open_session(self) -> str:
         if not self._has_sessions():
             return self._add_session(f"client-{uuid.uuid4().hex}")
-        response = self._client.post("/open_session", json=self._open_body())
+        response = self._request("POST", "/open_session", json=self._open_body())
         return self._add_session(_session_id(response))
 
     async def aopen_session(self) -> str:
         if not await self._ahas_sessions():
             return self._add_session(f"client-{uuid.uuid4().hex}")
-        response = await self._async_client().post("/open_session", json=self._open_body())
+        response = await self._arequest("POST", "/open_session", json=self._open_body())
         return self._add_session(_session_id(response))
 
     def close_session(self, session_id: str) -> None:
         if self._sessions.pop(session_id, None) is not None and self._server_sessions:
-            _check_response(self._client.post("/close_session",
-                                              json={"session_id": session_id}))
+            _check_response(self._request("POST", "/close_session",
+                                          json={"session_id": session_id}))
 
     async def aclose_session(self, session_id: str) -> None:
         if self._sessions.pop(session_id, None) is not None and self._server_sessions:
-            response = await self._async_client().post("/close_session",
-                                                       json={"session_id": session_id})
+            response = await self._arequest("POST", "/close_session",
+                                            json={"session_id": session_id})
             _check_response(response)
 
     # --- control -------------------------------------------------------------------------
     def abort(self, request_id: str) -> None:
-        _check_abort(self._client.post("/abort_request", json={"rid": request_id}))
+        _check_abort(self._request("POST", "/abort_request", json={"rid": request_id}))
 
     async def aabort(self, request_id: str) -> None:
-        response = await self._async_client().post("/abort_request", json={"rid": request_id})
-        _check_abort(response)
+        _check_abort(await self._arequest("POST", "/abort_request", json={"rid": request_id}))
 
     def close(self) -> None:
+        """Close the server sessions still open (quietly: the server may be gone), then the
+        connections; later calls raise."""
+        if self._is_closed:
+            return
+        for session_id in list(self._sessions):
+            try:
+                self.close_session(session_id)
+            except (httpx.HTTPError, SGLangError):
+                pass
+        self._is_closed = True
         self._client.close()
+        self._aclients.clear()  # NOTE: each belongs to its event loop; dropped, not awaited
 
     async def aclose(self) -> None:
-        self._client.close()
-        if self._aclient is not None:
-            await self._aclient.aclose()
-            self._aclient = None
+        if self._is_closed:
+            return
+        for session_id in list(self._sessions):
+            try:
+                await self.aclose_session(session_id)
+            except (httpx.HTTPError, SGLangError):
+                pass
+        client = self._aclients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+        self.close()
 
     # --- internals -----------------------------------------------------------------------
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        with self._reaching(f"{method} {path}"):
+            return self._client.request(method, path, **kwargs)
+
+    async def _arequest(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        with self._reaching(f"{method} {path}"):
+            return await self._async_client().request(method, path, **kwargs)
+
+    @contextmanager
+    def _reaching(self, what: str) -> Iterator[None]:
+        """Transport failures of ``what`` as :class:`SGLangConnectionError` naming the URL."""
+        if self._is_closed:
+            raise RuntimeError(f"the sglang backend at {self.url} is closed")
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise SGLangConnectionError(
+                f"{what} to the SGLang server at {self.url} timed out (timeout={self.timeout} "
+                "s, for connecting and for each read)") from exc
+        except httpx.TransportError as exc:
+            raise SGLangConnectionError(f"{what} to the SGLang server at {self.url} failed: "
+                                        f"{exc or type(exc).__name__}") from exc
+
     def _async_client(self) -> httpx.AsyncClient:
-        if self._aclient is None:
-            self._aclient = httpx.AsyncClient(**self._options)
-        return self._aclient
+        """This event loop's client (a pool's connections belong to the loop that made them)."""
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            client = self._aclients[loop] = httpx.AsyncClient(**self._options)
+        return client
 
     def _call(self, prompt_ids: Sequence[int], params: SamplingParams | None,
               session_id: str | None, keep: int | None, options: RequestOptions | None
@@ -294,8 +409,11 @@ class SGLangBackend(Backend):
                              session_params=session_params, namespace=opts.namespace)
         return _Call(rid, body, context, session, ChunkParser(rid))
 
-    def _open_body(self) -> dict[str, Any]:
-        return {"capacity_of_str_len": self.session_capacity}
+    def _open_body(self, session_id: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"capacity_of_str_len": self.session_capacity}
+        if session_id is not None:
+            body["session_id"] = session_id
+        return body
 
     def _add_session(self, session_id: str) -> str:
         self._sessions[session_id] = _Session()
@@ -304,13 +422,13 @@ class SGLangBackend(Backend):
     def _abort_quietly(self, rid: str) -> None:
         try:
             self.abort(rid)
-        except (httpx.HTTPError, SGLangError):
+        except (httpx.HTTPError, RuntimeError):  # SGLangError, or closed meanwhile
             pass  # the connection closes anyway, which aborts the request too
 
     async def _aabort_quietly(self, rid: str) -> None:
         try:
             await self.aabort(rid)
-        except (httpx.HTTPError, SGLangError):
+        except (httpx.HTTPError, RuntimeError):
             pass
 
 
@@ -322,6 +440,21 @@ def _parse_line(call: _Call, line: str) -> StreamDelta | None:
     if delta.finished:
         call.commit(delta)
     return delta
+
+
+def _is_lost_session(call: _Call, error: SGLangError) -> bool:
+    """The server does not know the call's session (SGLang's words), said before any token."""
+    params = call.body.get("session_params")
+    return params is not None and not call.parser.token_ids and \
+        f"session id {params['id']} does not exist" in error.message
+
+
+def _is_loopback(url: str) -> bool:
+    host = httpx.URL(url).host
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_options(opts: RequestOptions) -> None:

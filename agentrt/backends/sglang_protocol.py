@@ -23,8 +23,8 @@ from typing import Any
 from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
 
-__all__ = ["SGLANG_API_VERSION", "ChunkParser", "SGLangError", "error_message",
-           "generate_body", "is_router_info", "parse_payload", "sampling_params"]
+__all__ = ["SGLANG_API_VERSION", "ChunkParser", "SGLangConnectionError", "SGLangError",
+           "error_message", "generate_body", "is_router_info", "parse_payload", "sampling_params"]
 
 SGLANG_API_VERSION = "0.5.8"
 """The SGLang release whose native API this client follows."""
@@ -37,6 +37,17 @@ class SGLangError(RuntimeError):
         super().__init__(f"SGLang server error {status_code}: {message}" if status_code
                          else f"SGLang server error: {message}")
         self.status_code = status_code
+        self.message = message
+
+
+class SGLangConnectionError(SGLangError, ConnectionError):
+    """The server could not be reached or stopped answering: refused, reset, timed out, or a
+    stream that ended before its request finished (``status_code`` 0; the message names the
+    server's URL). A :class:`ConnectionError` as well as an :class:`SGLangError`."""
+
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.status_code = 0
         self.message = message
 
 
@@ -92,6 +103,8 @@ def error_message(body: Any) -> str:
     """The message of SGLang's (or OpenAI's) error body, else the body itself."""
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return str(body["error"].get("message", body["error"]))
+    if isinstance(body, dict) and isinstance(body.get("error"), str):  # SGLang's 401
+        return body["error"]
     if isinstance(body, dict) and "message" in body:
         return str(body["message"])
     return str(body)

@@ -1,0 +1,202 @@
+"""An SGLang user's audit of the ``sglang`` backend: a server that is down, dies mid-stream or
+is slow; an HTTP proxy in the environment; async calls from several event loops; a session
+the server lost; ``close()``. The real server is ``agentrt serve`` on loopback (``sglang``,
+``sglang_server``); transport faults come from :class:`Stub`, a loopback socket that answers
+what a broken server or proxy would (no model behind it)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from agentrt import RequestOptions, SamplingParams
+from agentrt.backends import get_backend
+from agentrt.backends.sglang import SGLangConnectionError, SGLangError
+
+SHORT = SamplingParams(max_tokens=4)
+SERVER_INFO = b'{"version": "0.5.8"}'
+
+
+class Stub:
+    """A loopback HTTP/1.1 server whose ``answer(method_and_path)`` returns the raw bytes to
+    send (None: send nothing, hold the connection until the test ends)."""
+
+    def __init__(self, answer: Callable[[str], bytes | None]) -> None:
+        self.answer = answer
+        self.requests: list[str] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            head = conn.recv(65536).decode(errors="replace")
+            line = " ".join(head.split(" ")[:2])
+            self.requests.append(line)
+            reply = self.answer(line)
+            if reply is None:
+                self.stop.wait(30)
+                return
+            conn.sendall(reply)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def _http(status: str, body: bytes, *, close: bool = True) -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "")
+            + "\r\n").encode() + body
+
+
+def _sse_then(ending: bytes) -> bytes:
+    """A stream's head and one event (one token, unfinished), then ``ending``."""
+    event = (b'data: {"text": "Hi", "output_ids": [1], "meta_info": {"id": "r", '
+             b'"finish_reason": null, "prompt_tokens": 3, "completion_tokens": 1}}\n\n')
+    return (b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + event + ending)
+
+
+@pytest.fixture
+def stub() -> Iterator[Callable[[Callable[[str], bytes | None]], Stub]]:
+    made: list[Stub] = []
+
+    def make(answer: Callable[[str], bytes | None]) -> Stub:
+        made.append(Stub(answer))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens
+
+
+# --- a server that is down, dies, or is slow ---------------------------------------------------
+def test_a_server_that_is_down_is_a_connection_error_naming_the_url():
+    url = _dead_url()
+    num_threads = threading.active_count()
+    with get_backend("sglang", url=url, timeout=5) as backend:
+        for call in (lambda: backend.capabilities, lambda: backend.generate([1, 2], SHORT),
+                     lambda: backend.model_info, backend.open_session):
+            with pytest.raises(SGLangConnectionError, match=url) as info:
+                call()
+            assert isinstance(info.value, ConnectionError)  # and an SGLangError, a RuntimeError
+            assert "refused" in str(info.value).lower()
+    assert threading.active_count() == num_threads  # nothing left behind
+
+
+def test_a_server_that_dies_mid_stream_is_an_error_not_a_short_answer(stub):
+    # HTTP/1.0, no length: a connection that closes looks like a body that ended
+    server = stub(lambda line: _sse_then(b"") if "generate" in line
+                  else _http("200 OK", SERVER_INFO))
+    with get_backend("sglang", url=server.url, timeout=5) as backend:
+        chunks = []
+        with pytest.raises(SGLangConnectionError, match="ended before") as info:
+            for chunk in backend.stream([1, 2, 3], SHORT, options=RequestOptions(
+                    request_id="cut")):
+                chunks.append(chunk)
+    assert [c.text for c in chunks] == ["Hi"] and server.url in str(info.value)
+
+
+def test_a_slow_server_times_out_after_timeout_with_the_url(stub):
+    server = stub(lambda line: None)  # accepts, never answers
+    with get_backend("sglang", url=server.url, timeout=0.5, sessions=True) as backend:
+        start = time.monotonic()
+        with pytest.raises(SGLangConnectionError, match="timed out") as info:
+            backend.generate([1, 2, 3], SHORT)
+        assert time.monotonic() - start < 5  # the read timeout, then one abort's
+    assert server.url in str(info.value) and "timeout=0.5" in str(info.value)
+
+
+def test_an_error_status_on_server_info_is_raised_not_taken_for_a_router(stub):
+    server = stub(lambda line: _http("401 Unauthorized", b'{"error": "Unauthorized"}'))
+    with get_backend("sglang", url=server.url, timeout=5) as backend:
+        with pytest.raises(SGLangError, match="401: Unauthorized"):
+            backend.capabilities  # noqa: B018
+        with pytest.raises(SGLangError, match="401"):
+            backend.open_session()  # never a client-side "router" session
+
+
+def test_a_router_without_server_info_still_keeps_sessions_here(stub):
+    server = stub(lambda line: _http("404 Not Found", b"not found"))
+    with get_backend("sglang", url=server.url, timeout=5) as backend:
+        assert not backend.capabilities.keeps_kv_across_calls
+        assert backend.open_session().startswith("client-")
+
+
+# --- the environment ---------------------------------------------------------------------------
+def test_an_http_proxy_in_the_environment_does_not_hijack_loopback(sglang_server, monkeypatch,
+                                                                   prompt_ids):
+    monkeypatch.setenv("HTTP_PROXY", _dead_url())
+    monkeypatch.setenv("http_proxy", _dead_url())
+    with get_backend("sglang", url=sglang_server.url, timeout=60) as backend:
+        assert backend.generate(prompt_ids, SHORT).token_ids
+    with get_backend("sglang", url=sglang_server.url.replace("127.0.0.1", "localhost"),
+                     timeout=60) as backend:
+        assert backend.generate(prompt_ids, SHORT).token_ids
+
+
+def test_async_calls_from_two_event_loops(sglang, prompt_ids):
+    """``asyncio.run`` twice (what a compiled graph's ``invoke`` does at each call)."""
+    async def once() -> list[int]:
+        return (await sglang.agenerate(prompt_ids, SHORT)).token_ids
+
+    first = asyncio.run(once())
+    assert asyncio.run(once()) == first == sglang.generate(prompt_ids, SHORT).token_ids
+
+
+# --- sessions ----------------------------------------------------------------------------------
+def test_a_session_the_server_lost_is_reopened_with_its_context(sglang, sglang_server,
+                                                                 prompt_ids, tokenizer):
+    appended = tokenizer.encode("\nAnd one more?", add_special_tokens=False)
+    sid = sglang.open_session()
+    try:
+        first = sglang.generate(prompt_ids, SHORT, session_id=sid)
+        # the server restarted (or closed the session): it no longer knows the id
+        httpx.post(f"{sglang_server.url}/close_session", json={"session_id": sid}, timeout=30)
+        out = sglang.generate(appended, SHORT, session_id=sid)
+        context = prompt_ids + first.token_ids + appended
+        assert out.num_prompt_tokens == len(context)
+        assert out.token_ids == sglang.generate(context, SHORT).token_ids
+        again = sglang.generate(appended, SHORT, session_id=sid)  # the session goes on
+        assert again.num_prompt_tokens == len(context) + len(out.token_ids) + len(appended)
+        assert again.num_cached_tokens >= len(context)
+    finally:
+        sglang.close_session(sid)
+
+
+def test_close_closes_the_sessions_it_opened(sglang_server, prompt_ids):
+    sglang_server.wait_until_idle()
+    backend = get_backend("sglang", url=sglang_server.url, timeout=60)
+    with backend:
+        sid = backend.open_session()
+        backend.generate(prompt_ids, SHORT, session_id=sid)  # its KV held between calls
+    after = sglang_server.wait_until_idle()
+    assert after["agentrt_kv_free_blocks"] + after["agentrt_kv_evictable_blocks"] \
+        == after["agentrt_kv_total_blocks"]
+    answer = httpx.post(f"{sglang_server.url}/generate", timeout=30, json={
+        "input_ids": [1], "sampling_params": {"max_new_tokens": 1},
+        "session_params": {"id": sid, "rid": None}})
+    assert "does not exist" in answer.text
+    with pytest.raises(RuntimeError, match="closed"):
+        backend.generate(prompt_ids, SHORT)
