@@ -13,7 +13,11 @@ until ``finish`` — the baseline without partial execution.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
+import pickle
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +37,7 @@ __all__ = [
     "ToolCallError",
     "ToolSession",
     "check_argument",
+    "check_tool",
     "split_input",
 ]
 
@@ -122,11 +127,26 @@ class ArgumentInvocation(Invocation):
         missing = [k for k in self.tool.parameters.get("required", ()) if k not in self.arguments]
         if missing:
             raise ToolCallError(f"{self.tool.name}: missing required argument(s) {missing}")
-        return self.run(self.arguments)
+        result = self.run(self.arguments)
+        if inspect.isawaitable(result):  # an ``async def run``: awaited in the worker
+            result = asyncio.run(_awaited(result))
+        if not isinstance(result, str):
+            raise ToolCallError(f"{self.tool.name}: the tool returned {type(result).__name__}, "
+                                "not str (return the observation as text, e.g. json.dumps)")
+        return result
 
     @abstractmethod
     def run(self, arguments: dict[str, Any]) -> str:
-        """Produce the observation from all arguments."""
+        """Produce the observation from all arguments (may be ``async def``).
+
+        ``arguments`` are what the model wrote, each checked against the schema (types, enums,
+        nested objects and arrays) and every ``required`` one present. An optional argument the
+        model left out is absent: schema ``default`` values are not filled in (as with OpenAI
+        function calls; LangChain's pydantic schemas fill them) — use ``arguments.get(key, d)``.
+        The result must be a ``str`` (LangChain would ``str()`` anything else; here it is an
+        error observation). A coroutine is run to completion with ``asyncio.run`` in the worker,
+        under the same wall-time limit; the other hooks (``on_value``…) are synchronous.
+        """
 
 
 class LazyInvocation(Invocation):
@@ -230,22 +250,101 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 
 def check_argument(schema: Mapping[str, Any], key: str, value: Any) -> None:
-    """Check one argument against an object schema's ``properties`` (type and enum)."""
+    """Check one argument against an object schema's ``properties``: its type and enum, and
+    inside an object or array value, the same for its fields (``required`` ones present, no
+    unknown one where ``additionalProperties`` is false) and items. ``$ref`` and combinators
+    (``anyOf``…) are not followed: such a value is passed as written."""
     properties = schema.get("properties", {})
     if key not in properties:
         if schema.get("additionalProperties", True) is False or properties:
             raise ToolCallError(f"unknown argument {key!r}; expected one of {sorted(properties)}")
         return
-    spec = properties[key]
+    _check_value(properties[key], value, f"argument {key!r}")
+
+
+def _check_value(spec: Mapping[str, Any], value: Any, where: str) -> None:
     types = spec.get("type")
     names = [types] if isinstance(types, str) else list(types or [])
     if names and not any(_is_type(value, name) for name in names):
-        raise ToolCallError(f"argument {key!r} must be {' or '.join(names)}, got {value!r}")
+        raise ToolCallError(f"{where} must be {' or '.join(names)}, got {value!r}")
     if "enum" in spec and value not in spec["enum"]:
-        raise ToolCallError(f"argument {key!r} must be one of {spec['enum']}, got {value!r}")
+        raise ToolCallError(f"{where} must be one of {spec['enum']}, got {value!r}")
+    if isinstance(value, dict) and ("properties" in spec or "required" in spec):
+        missing = [k for k in spec.get("required", ()) if k not in value]
+        if missing:
+            raise ToolCallError(f"{where} is missing required field(s) {missing}")
+        fields = spec.get("properties", {})
+        for k, v in value.items():
+            if k in fields:
+                _check_value(fields[k], v, f"{where} field {k!r}")
+            elif spec.get("additionalProperties", True) is False:
+                raise ToolCallError(f"{where} has unknown field {k!r}; expected one of "
+                                    f"{sorted(fields)}")
+    if isinstance(value, list) and isinstance(spec.get("items"), Mapping):
+        for i, item in enumerate(value):
+            _check_value(spec["items"], item, f"{where} item {i}")
 
 
 def _is_type(value: Any, name: str) -> bool:
     if isinstance(value, bool) and name in ("integer", "number"):
         return False
     return isinstance(value, _TYPES.get(name, (object,)))
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+#: OpenAI's rule for function names, which chat templates and tool-call grammars assume
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def check_tool(tool: Tool) -> None:
+    """Refuse a tool that cannot work, when it is registered rather than mid-run.
+
+    Checks the ``name`` (1-64 letters, digits, ``_`` or ``-``, as OpenAI requires), the
+    ``description`` (a string), ``parameters`` (an ``object`` schema whose ``properties`` are
+    schemas and whose ``required`` and ``main_argument`` name properties), that the class
+    implements :meth:`Tool.start` or :meth:`Tool.open_session`, and, for a tool run in a worker
+    process, that it pickles and is not defined in ``__main__`` (the worker imports the tool's
+    module by name). Raises ``TypeError`` or ``ValueError`` naming the tool and the fix.
+    """
+    name = getattr(tool, "name", None)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-' "
+                         "(OpenAI's rule for function names)")
+    if not isinstance(getattr(tool, "description", None), str):
+        raise TypeError(f"tool {name!r}: description must be a str")
+    _check_parameters(name, getattr(tool, "parameters", None), tool.main_argument)
+    cls = type(tool)
+    if cls.start is Tool.start and cls.open_session is Tool.open_session:
+        raise TypeError(f"tool {name!r}: {cls.__name__} must implement start() or open_session()")
+    if tool.isolation != "process":
+        return
+    if cls.__module__ == "__main__":
+        raise ValueError(f"tool {name!r}: {cls.__name__} is defined in __main__, which a worker "
+                         "process cannot import; define it in a module, or set "
+                         "isolation='thread' (no sandbox)")
+    try:
+        pickle.dumps(tool)
+    except Exception as exc:
+        raise TypeError(f"tool {name!r} does not pickle ({type(exc).__name__}: {exc}); a worker "
+                        "process receives the tool pickled: keep clients and closures out of its "
+                        "fields (open them in open_session), or set isolation='thread'") from exc
+
+
+def _check_parameters(name: str, schema: Any, main_argument: str | None) -> None:
+    if not isinstance(schema, Mapping) or schema.get("type") != "object":
+        raise ValueError(f"tool {name!r}: parameters must be a JSON schema of type 'object', "
+                         f"got {schema!r}")
+    properties = schema.get("properties", {})
+    if not isinstance(properties, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Mapping) for k, v in properties.items()
+    ):
+        raise ValueError(f"tool {name!r}: parameters.properties must map names to schemas")
+    required = schema.get("required", [])
+    if isinstance(required, str) or not all(k in properties for k in required):
+        raise ValueError(f"tool {name!r}: parameters.required must list property names, got "
+                         f"{required!r} (properties: {sorted(properties)})")
+    if main_argument is not None and properties and main_argument not in properties:
+        raise ValueError(f"tool {name!r}: main_argument {main_argument!r} is not a property")

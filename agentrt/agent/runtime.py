@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -25,7 +26,7 @@ from typing import Any
 
 from agentrt.agent.forkserver import ProcessWorker, TemplateProcess, ThreadWorker
 from agentrt.agent.parsers.base import Piece
-from agentrt.agent.plugin import Observation, PieceTiming, Tool
+from agentrt.agent.plugin import Observation, PieceTiming, Tool, check_tool
 from agentrt.agent.sandbox import SandboxReport
 from agentrt.agent.wire import WireError, WireTimeout
 from agentrt.agent.worker import (
@@ -77,6 +78,8 @@ class _Slot:
     is_dead: bool = False
     death: str = ""
     next_call: int = 0
+    #: the latest call started (a new call aborts it if it was neither ended nor concluded)
+    active: ToolCall | None = None
 
     def post(self, msg: Any) -> str | None:
         """Send ``msg`` to the worker; on failure kill it and return why (else None)."""
@@ -287,7 +290,13 @@ class ToolCall:
 
 
 class ToolRuntime:
-    """Runs tools in worker processes forked from one warm template; one worker per session."""
+    """Runs tools in worker processes forked from one warm template; one worker per session.
+
+    Sessions may be used from different threads at once (two agent runs, each with its own
+    session; the engine's hooks start calls on the engine's thread): opening and closing
+    sessions is locked. One session serves one run at a time: a call started while another
+    call of the same session and tool is still being written supersedes it.
+    """
 
     def __init__(
         self, tools: Iterable[Tool | str] = (), *, lazy: bool = False, preload: Iterable[str] = ()
@@ -298,20 +307,40 @@ class ToolRuntime:
         for tool in tools:
             self.add(tool)
         self._template: TemplateProcess | None = None
+        self._lock = threading.RLock()  # guards _slots and _template
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._offers: dict[tuple[str, str], tuple[dict[str, Any], ToolCall]] = {}
 
     def add(self, tool: Tool | str, **config: Any) -> Tool:
-        """Register a tool instance, or a registered tool by name with its config."""
+        """Register a tool instance, or a registered tool by name with its config.
+
+        The tool is checked here (:func:`~agentrt.agent.plugin.check_tool`: name, schema,
+        picklable for a worker process), so a tool that cannot work fails now, not mid-run. A
+        second, different tool with a name already taken is a ``ValueError`` (the model calls
+        tools by name; LangChain and OpenAI would send both, ambiguously); adding an equal tool
+        again is a no-op.
+        """
         if isinstance(tool, str):
             tool = create_tool(tool, **config)
+        elif not isinstance(tool, Tool):
+            raise TypeError(f"expected a Tool or a registered tool name, got "
+                            f"{type(tool).__name__} (a LangChain tool: "
+                            "langchain_agentrt.tools.from_langchain)")
+        check_tool(tool)
+        known = self.tools.get(tool.name)
+        if known is not None and known is not tool and known != tool:
+            raise ValueError(f"a tool named {tool.name!r} is already registered "
+                             f"({type(known).__name__}); tool names must be unique")
         self.tools[tool.name] = tool
         return tool
 
     def start(self, name: str, *, session: str = "default", lazy: bool | None = None) -> ToolCall:
         """Begin a call of tool ``name`` in ``session`` (its worker is started on first use)."""
         slot = self._slot(name, session)
-        call = ToolCall(slot, slot.next_call, self.lazy if lazy is None else lazy)
+        previous = slot.active
+        if previous is not None and not previous._ended and previous.observation is None:
+            previous.abort("superseded: another call of this tool started in the same session")
+        call = slot.active = ToolCall(slot, slot.next_call, self.lazy if lazy is None else lazy)
         slot.next_call += 1
         slot.post(StartMsg(call.call_id, call.lazy))
         return call
@@ -355,17 +384,20 @@ class ToolRuntime:
 
     def close_session(self, session: str) -> None:
         """Stop every worker of ``session`` and delete their working folders."""
-        for key in [k for k in self._slots if k[0] == session]:
-            self._close_slot(self._slots.pop(key))
+        with self._lock:
+            slots = [self._slots.pop(k) for k in [k for k in self._slots if k[0] == session]]
+        for slot in slots:
+            self._close_slot(slot)
 
     def close(self) -> None:
         """Stop all workers and the template."""
-        for slot in self._slots.values():
+        with self._lock:
+            slots, self._slots = list(self._slots.values()), {}
+            template, self._template = self._template, None
+        for slot in slots:
             self._close_slot(slot)
-        self._slots.clear()
-        if self._template is not None:
-            self._template.close()
-            self._template = None
+        if template is not None:
+            template.close()
 
     def __enter__(self) -> ToolRuntime:
         return self
@@ -377,12 +409,13 @@ class ToolRuntime:
         if name not in self.tools:
             known = ", ".join(sorted(self.tools)) or "none"
             raise KeyError(f"unknown tool {name!r}; available: {known}")
-        slot = self._slots.get((session, name))
-        if slot is None or slot.is_dead:
-            if slot is not None:
-                self._close_slot(slot)
-            slot = self._slots[(session, name)] = self._open(self.tools[name])
-        return slot
+        with self._lock:
+            slot = self._slots.get((session, name))
+            if slot is None or slot.is_dead:
+                if slot is not None:
+                    self._close_slot(slot)
+                slot = self._slots[(session, name)] = self._open(self.tools[name])
+            return slot
 
     def _open(self, tool: Tool) -> _Slot:
         workdir = Path(tempfile.mkdtemp(prefix=f"agentrt-{tool.name}-"))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -163,7 +164,7 @@ def run_with_tools(
     *,
     tools: ToolRuntime | Iterable[Tool | str],
     syntax: str = "json_toolcall",
-    session: str = "default",
+    session: str | None = None,
     reply_prefix: str = "",
     max_calls: int = 4,
     render: Render = render_observation,
@@ -186,12 +187,19 @@ def run_with_tools(
     template and the prompt, as the chat layer decides it). The parser is the runtime's
     (``ToolStream(parser=syntax)``): JSON calls strict, Qwen3-Coder XML values typed by the
     tools' schemas.
+
+    ``session`` names the tools' session (their state: the interpreter's globals, a database
+    connection) in the runtime. None (the default): a session of this run alone, opened on its
+    first call and closed when the run ends, however it ends — two runs at the same time never
+    share a tool's state. A name: the runtime's session of that name, kept open after the run so
+    the next run with the same name continues it (``runtime.close_session(name)`` ends it); one
+    run at a time per name.
     """
     from agentrt.chat.formats import detect_reasoning, reasoning_tags
     from agentrt.session import Session
 
-    session = Session(backend, namespace=namespace)
-    tokenizer = session.backend.tokenizer
+    chat = Session(backend, namespace=namespace)
+    tokenizer = chat.backend.tokenizer
     if isinstance(prompt, str):
         context = _encode(tokenizer, prompt + reply_prefix)
     else:
@@ -207,12 +215,17 @@ def run_with_tools(
     if tags is not None:
         markers = (*markers, tags.open, tags.close)
     decoder = marker_tokenizer(tokenizer, markers) or tokenizer
-    with ToolStream(decoder, tools, parser=syntax, session=session, lazy=lazy,
+    tool_session = session if session is not None else f"run-{uuid.uuid4().hex}"
+    with ToolStream(decoder, tools, parser=syntax, session=tool_session, lazy=lazy,
                     reasoning=reasoning) as stream:
-        if reply_prefix and stream.feed_text(reply_prefix) == "abort":
-            return ToolRun((), tuple(stream.observations))
-        loop = _Loop(session, stream, params, syntax, render)
-        return loop.run(context, max_calls)
+        try:
+            if reply_prefix and stream.feed_text(reply_prefix) == "abort":
+                return ToolRun((), tuple(stream.observations))
+            loop = _Loop(chat, stream, params, syntax, render)
+            return loop.run(context, max_calls)
+        finally:
+            if session is None:
+                stream.runtime.close_session(tool_session)
 
 
 class _Loop:

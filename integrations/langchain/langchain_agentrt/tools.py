@@ -6,7 +6,11 @@ can use ``python_repl`` or ``sqlite`` unchanged. :func:`from_langchain` wraps a 
 an agentrt tool; LangChain tools have no partial interface, so it runs lazily — arguments are
 checked as they stream, the tool runs once at ``finish``. It runs in a thread of the caller by
 default (LangChain tools often hold clients or closures that cannot be pickled; no sandbox), or in
-a worker process with ``isolation="process"`` when the tool pickles.
+a worker process with ``isolation="process"`` when the tool pickles. A LangChain tool with only
+a coroutine (``StructuredTool(coroutine=...)``) runs with ``asyncio.run`` in that thread or
+worker. The schema crosses both ways as JSON schema (``$defs`` of nested models kept); unlike
+LangChain, agentrt does not fill in defaults (see ``ArgumentInvocation.run``): the LangChain tool
+does, when it validates its input.
 
 Part of the LangChain integration, not of ``agentrt``: nothing in ``agentrt`` outside
 ``agentrt.server`` imports a framework (``tests/test_import_graph.py``).
@@ -14,10 +18,11 @@ Part of the LangChain integration, not of ``agentrt``: nothing in ``agentrt`` ou
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from langchain_core.tools import BaseTool, ToolException
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field
 
 from agentrt.agent.plugin import ArgumentInvocation, Invocation, Tool, ToolCallError
 from agentrt.agent.runtime import ToolRuntime
@@ -35,11 +40,16 @@ class AgentRTTool(BaseTool):
     session: str = "langchain"
     handle_tool_error: bool = True
 
+    def _parse_input(self, tool_input: str | dict[str, Any], tool_call_id: str | None) -> Any:
+        """The input as given: the agentrt tool checks it against its JSON schema (LangChain
+        refuses a string input with a JSON-schema ``args_schema``; a ReAct agent sends one)."""
+        return tool_input
+
     def _run(self, *args: Any, run_manager: Any = None, **kwargs: Any) -> str:
         tool = self.runtime.tools[self.name]
         if args:  # a single string input (ReAct agents)
             kwargs = {tool.main_argument or "input": args[0], **kwargs}
-        arguments = {k: v for k, v in kwargs.items() if v is not None}
+        arguments = dict(kwargs)
         observation = self._started(args, arguments)
         if observation is None:
             observation = self.runtime.run(self.name, arguments, session=self.session)
@@ -67,7 +77,7 @@ def to_langchain(
     return AgentRTTool(
         name=spec.name,
         description=spec.description,
-        args_schema=_args_model(spec),
+        args_schema=dict(spec.parameters),  # as is: LangChain passes the input through
         runtime=runtime,
         session=session,
     )
@@ -97,34 +107,32 @@ class _LangChainCall(ArgumentInvocation):
     def run(self, arguments: dict[str, Any]) -> str:
         tool: BaseTool = self.tool.tool  # type: ignore[attr-defined]
         try:
-            result = tool.invoke(arguments)
+            if _is_async_only(tool):
+                result = asyncio.run(tool.ainvoke(arguments))
+            else:
+                result = tool.invoke(arguments)
         except Exception as exc:
             raise ToolCallError(f"{tool.name}: {type(exc).__name__}: {exc}") from None
         return result if isinstance(result, str) else str(getattr(result, "content", result))
 
 
 def from_langchain(
-    tool: BaseTool, *, isolation: Literal["process", "thread"] = "thread"
+    tool: BaseTool, *, isolation: Literal["process", "thread"] = "thread",
+    sandbox: SandboxConfig | None = None,
 ) -> LangChainTool:
-    """A LangChain tool as an agentrt tool (runs at ``finish``; see the module docstring)."""
-    return LangChainTool(tool, isolation=isolation)
+    """A LangChain tool as an agentrt tool (runs at ``finish``; see the module docstring).
+
+    ``sandbox``: the worker's limits (default :meth:`SandboxConfig.off`: none, not even a wall
+    time, as LangChain sets none); ``dataclasses.replace(SandboxConfig.off(), max_wall_s=30)``
+    gives a tool that may hang a deadline: past it the call's observation is an error (a thread
+    worker is abandoned, not stopped).
+    """
+    return LangChainTool(tool, isolation=isolation, sandbox=sandbox)
 
 
-_PY_TYPES: dict[str, Any] = {
-    "string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict,
-}
-
-
-def _args_model(tool: Tool) -> type[BaseModel]:
-    """A pydantic model of the tool's JSON-schema arguments (LangChain validates with it)."""
-    required = set(tool.parameters.get("required", ()))
-    fields: dict[str, Any] = {}
-    for key, spec in tool.parameters.get("properties", {}).items():
-        kind = _PY_TYPES.get(spec.get("type"), Any)
-        default = ... if key in required else None
-        annotation = kind if key in required else kind | None
-        fields[key] = (annotation, Field(default, description=spec.get("description")))
-    return create_model(f"{tool.name}_arguments", **fields)
+def _is_async_only(tool: BaseTool) -> bool:
+    """A ``StructuredTool`` / ``Tool`` given only a coroutine (its sync ``invoke`` raises)."""
+    return getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None
 
 
 def _schema(tool: BaseTool) -> dict[str, Any]:
@@ -132,4 +140,4 @@ def _schema(tool: BaseTool) -> dict[str, Any]:
         schema = tool.get_input_jsonschema()
     except Exception:  # some custom tools have no schema: a single string input
         schema = {"type": "object", "properties": {"input": {"type": "string"}}}
-    return {k: v for k, v in schema.items() if k in ("type", "properties", "required")}
+    return {k: v for k, v in schema.items() if k in ("type", "properties", "required", "$defs")}
