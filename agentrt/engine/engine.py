@@ -285,8 +285,9 @@ class Engine:
                subscriber: Callable[[StepUpdate | BaseException], None] | None = None,
                **fields: Any) -> Request:
         """Queue a request; ``subscriber`` is called from the driver thread with every update
-        (one that raises -- say its caller's event loop closed -- loses its request: it is
-        aborted, and the engine serves on).
+        (a :class:`StepUpdate`, whose ``error`` is set where this request's sampling failed;
+        an exception where the whole step did). A subscriber that raises -- say its caller's
+        event loop closed -- loses its request: it is aborted, and the engine serves on.
 
         ``options`` (:class:`~agentrt.core.options.RequestOptions`), with keyword ``fields``
         applied on top, go to :meth:`LLMEngine.add_request`. Frees the calling thread's
@@ -363,7 +364,7 @@ class Engine:
                     # resume, release or abort instead of spinning
                     self._wake.wait(timeout=0.005)
                 deliveries = [(u.request.request_id, self._subscribers.get(u.request.request_id),
-                               u if u.error is None else u.error) for u in updates]
+                               u) for u in updates]
                 for u in updates:
                     if u.finished:
                         self._subscribers.pop(u.request.request_id, None)
@@ -459,9 +460,15 @@ class Engine:
 
     @staticmethod
     def _delta(req: Request, item: StepUpdate | BaseException) -> StreamDelta:
+        """The delta of ``item``; a ``RuntimeError`` where the request failed (its logits
+        processor or sampling raised: the engine serves on) or the whole step did."""
         if isinstance(item, BaseException):
             raise RuntimeError(f"the engine failed while running {req.request_id}: "
                                f"{type(item).__name__}: {item}") from item
+        if item.error is not None:
+            raise RuntimeError(f"request {req.request_id} failed in its sampling (its logits "
+                               f"processor or sampler raised; other requests go on): "
+                               f"{type(item.error).__name__}: {item.error}") from item.error
         return item.delta
 
 
