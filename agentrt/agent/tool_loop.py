@@ -198,6 +198,9 @@ def run_with_tools(
     from agentrt.chat.formats import detect_reasoning, reasoning_tags
     from agentrt.session import Session
 
+    if not isinstance(max_calls, int) or max_calls < 0:
+        raise ValueError(f"max_calls must be an int >= 0 (0: stop at the first call), "
+                         f"got {max_calls!r}")
     chat = Session(backend, namespace=namespace)
     tokenizer = chat.backend.tokenizer
     if isinstance(prompt, str):

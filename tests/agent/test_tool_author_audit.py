@@ -30,6 +30,7 @@ from agentrt.agent import (
     Tool,
     ToolRuntime,
     ToolSession,
+    ToolStream,
     run_with_tools,
 )
 from agentrt.agent.parsers.base import Piece
@@ -256,6 +257,32 @@ def test_a_new_call_aborts_the_unfinished_call_of_the_same_session():
     assert tool.events[:5] == ["open", "start", "value:a", "abort", "start"]
 
 
+def test_started_work_is_aborted_when_the_call_turns_out_invalid(tokenizer):
+    tool = LifecycleTool()
+    with ToolRuntime([tool]) as runtime:
+        stream = ToolStream(tokenizer, runtime, session="s", wait_for_tools=True)
+        assert stream.feed_text('<tool_call>{"name": "lifecycle", "arguments": {"x": "hi", ') \
+            == "continue"
+        assert tool.events == ["open", "start", "value:hi"]  # the tool started on "x"
+        assert stream.feed_text('"y": 1, ') == "abort"  # no argument "y": rejected
+        runtime.close_session("s")
+        _wait_for(lambda: "close" in tool.events)
+    assert stream.observations[-1].is_error
+    assert tool.events == ["open", "start", "value:hi", "abort", "close"]
+
+
+def test_an_argument_written_twice_rejects_the_call(tokenizer):
+    tool = LifecycleTool()
+    with ToolRuntime([tool]) as runtime:
+        stream = ToolStream(tokenizer, runtime, session="s", wait_for_tools=True)
+        stream.feed_text('<tool_call>{"name": "lifecycle", "arguments": {"x": "hi", ')
+        assert stream.feed_text('"x": "bye"}}') == "abort"  # json.loads would keep "bye"
+        runtime.close_session("s")
+        _wait_for(lambda: "close" in tool.events)
+    assert "argument 'x' twice" in stream.observations[-1].text
+    assert tool.events == ["open", "start", "value:hi", "abort", "close"]
+
+
 def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
@@ -404,3 +431,23 @@ def test_two_concurrent_runs_share_a_runtime_but_not_a_tool_session(engine, prom
         assert runtime._slots == {}
     assert [run.observations[0].text for run in runs] == ["ok", "ok"]
     assert tool.events.count("open") == tool.events.count("close") == 2
+
+
+def test_a_stop_string_inside_the_call_still_runs_it(engine, prompt):
+    tool = LifecycleTool()
+    with ToolRuntime([tool]) as runtime:
+        run = run_with_tools(engine, prompt, SamplingParams(max_tokens=12, stop=["}}"]),
+                             tools=runtime, reply_prefix=CALL + 'hi"', max_calls=1)
+    first = run.segments[0]
+    assert first.output.finish_reason == "stop" and first.observation is not None
+    assert first.observation.text == "ok"
+    # the stop string's tokens stay in the context: the observation follows the call's "}}"
+    assert engine.tokenizer.decode(list(first.output.token_ids)).endswith("}}")
+    assert engine.tokenizer.decode(list(first.appended_ids)).startswith("</tool_call>")
+
+
+@pytest.mark.parametrize("max_calls", [-1, 1.5])
+def test_a_negative_max_calls_is_refused(engine, max_calls):
+    with pytest.raises(ValueError, match="max_calls"):
+        run_with_tools(engine, "hi", SamplingParams(max_tokens=1), tools=[EchoTool()],
+                       max_calls=max_calls)
