@@ -13,8 +13,9 @@ not needed). Values equal ``json.loads`` (control characters inside strings are 
 ``strict=False``). Truncated or invalid JSON becomes a :class:`ParseError` and the parser looks
 for the next opening tag. ``is_strict`` (partial execution) also refuses, as a
 :class:`ParseError` the moment it is written, what is valid JSON but no valid call: arguments that
-are not an object (``5``, ``"x"``, ``[1]``), a second name, a second arguments object or an argument written twice (the
-tool has started on its first value) — a tool must never start on those; off, such a call ends and its reader judges it (the chat layer's
+are not an object (``5``, ``"x"``, ``[1]``), a second name, a second arguments object, an argument
+written twice (the tool has started on its first value) — a tool must never start on those; off,
+such a call ends and its reader judges it (the chat layer's
 final parse, :mod:`agentrt.chat.tool_calls`).
 """
 
