@@ -116,7 +116,8 @@ class Segment:
     """One generate / resume segment of the request and the call that ended it."""
 
     output: RequestOutput
-    #: the observation of the call that ended this segment (None: the output ended on its own)
+    #: the observation of the call that ended this segment, as appended (cut to fit the context
+    #: if it was too long; None: the output ended on its own)
     observation: Observation | None = None
     #: token ids appended after this segment (empty for the last one)
     appended_ids: tuple[int, ...] = ()
@@ -188,6 +189,11 @@ def run_with_tools(
     (``ToolStream(parser=syntax)``): JSON calls strict, Qwen3-Coder XML values typed by the
     tools' schemas.
 
+    An observation too long for the model's context is cut (its start kept, with a note) so that
+    the next segment still has ``params.max_tokens`` of room: :attr:`Segment.observation` is
+    what was appended, :attr:`ToolRun.observations` what the tools returned. (OpenAI's API
+    refuses such a request; a run here goes on.)
+
     ``session`` names the tools' session (their state: the interpreter's globals, a database
     connection) in the runtime. None (the default): a session of this run alone, opened on its
     first call and closed when the run ends, however it ends — two runs at the same time never
@@ -253,7 +259,8 @@ class _Loop:
                 if observation is None or len(self.segments) >= max_calls:
                     self.segments.append(Segment(out, observation, is_paused=paused))
                     break
-                appended = self._continuation_ids(out, observation, paused)
+                room = self._max_len() - len(context) - len(out.token_ids) - self.params.max_tokens
+                observation, appended = self._fitted(out, observation, paused, room)
                 self.segments.append(Segment(out, observation, tuple(appended), paused))
                 context = [*context, *out.token_ids, *appended]
                 self.stream.begin_segment()
@@ -265,6 +272,24 @@ class _Loop:
             tuple(self.segments), tuple(stream.observations), self.max_tokens_saved,
             stream.final_answer, self.session.stats,
         )
+
+    def _max_len(self) -> int:
+        return int(self.session.backend.max_model_len)
+
+    def _fitted(self, out: RequestOutput, observation: Observation, paused: bool,
+                room: int) -> tuple[Observation, list[int]]:
+        """The observation and its continuation ids, its text cut (with a note) so that the
+        continuation takes at most ``room`` tokens and the next segment keeps its
+        ``max_tokens``; where even the framing does not fit, the backend refuses as before."""
+        appended = self._continuation_ids(out, observation, paused)
+        text, full = observation.text, len(observation.text)
+        while len(appended) > room and text:
+            text = text[: int(len(text) * max(0, room) / len(appended) * 0.9)]
+            note = f"\n[... {full - len(text)} characters cut: the observation did not fit " \
+                   "the model's context]"
+            observation = replace(observation, text=text + note)
+            appended = self._continuation_ids(out, observation, paused)
+        return observation, appended
 
     def _continuation(self, out: RequestOutput, observation: Observation, paused: bool) -> str:
         """The rendered observation, less what the paused call's last token already wrote."""

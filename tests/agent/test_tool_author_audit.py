@@ -451,3 +451,31 @@ def test_a_negative_max_calls_is_refused(engine, max_calls):
     with pytest.raises(ValueError, match="max_calls"):
         run_with_tools(engine, "hi", SamplingParams(max_tokens=1), tools=[EchoTool()],
                        max_calls=max_calls)
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_model):
+    """The 2-layer random model (1,024 positions): a context fills up in a fraction of a second."""
+    from agentrt import Engine
+
+    engine = Engine(model=tiny_model, dtype="float32")
+    yield engine
+    engine.close()
+
+
+def test_an_observation_longer_than_the_context_is_cut_to_fit(tiny_engine):
+    tool = LifecycleTool(result=lambda: "word " * 3000)  # 3,000+ tokens, 1,024 positions
+    params = SamplingParams(max_tokens=8)
+    with ToolRuntime([tool]) as runtime:
+        run = run_with_tools(tiny_engine, "Record hi.", params, tools=runtime,
+                             reply_prefix=CALL + 'hi"}}</tool_call>', max_calls=1)
+    first, last = run.segments
+    assert first.observation is not None
+    assert first.observation.text.endswith("characters cut: the observation did not fit the "
+                                           "model's context]")
+    assert first.observation.text.startswith("word word")
+    context_len = len(tiny_engine.tokenizer.encode(
+        "Record hi." + CALL + 'hi"}}</tool_call>', add_special_tokens=False))
+    used = context_len + len(first.output.token_ids) + len(first.appended_ids)
+    assert used + params.max_tokens <= tiny_engine.max_model_len
+    assert len(last.output.token_ids) >= 1  # the model answered after it
