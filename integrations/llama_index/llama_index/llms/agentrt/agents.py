@@ -24,9 +24,11 @@ its oldest messages past its token limit. So a call continues the session it sha
 longest prefix with — at least :data:`MIN_SHARED_TOKENS` — however far back the prompts part;
 the session rolls the rest back and prefills the new prompt from there.
 
-For a ``ReActAgent`` on a constrained ``AgentRT`` the run's calls also follow the ReAct
-grammar (:mod:`~llama_index.llms.agentrt.react`), so every step parses — after the reasoning
-block of a reasoning model (its template read as a chat call reads it).
+Given a ``ReActAgent`` on a constrained ``AgentRT`` — or an ``AgentWorkflow``: each of its
+ReAct agents, with the ``handoff`` tool the workflow adds — the agent's steps also follow the
+ReAct grammar (:mod:`~llama_index.llms.agentrt.react`), so every step parses — after the
+reasoning block of a reasoning model (its template read as a chat call reads it). Other calls
+in the block (a ``QueryEngineTool``'s synthesis on the same LLM, a memory's summary) do not.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from llama_index.llms.agentrt.base import AgentRT
-from llama_index.llms.agentrt.react import react_grammar
+from llama_index.llms.agentrt.react import react_grammar, react_steps
 
 from agentrt.chat import render_prompt
 from agentrt.chat.formats import Reasoning, detect_reasoning
@@ -53,22 +55,50 @@ only the chat template's first tokens and must not take over this agent's contex
 @contextmanager
 def agent_session(agent: Any = None) -> Iterator[SessionScope]:
     """A session scope for the agent runs started inside the block (see the module docs);
-    ``agent`` (optional) lets the scope constrain a ReAct agent's steps to its tools."""
+    ``agent`` (optional: a ``ReActAgent`` or an ``AgentWorkflow``) lets the scope constrain
+    its ReAct agents' steps to their tools. ``scope.grammar`` is a lone ReAct agent's."""
+    grammars = _react_grammars(agent)
     scope = SessionScope(min_shared_tokens=MIN_SHARED_TOKENS, seam_slack=sys.maxsize)
-    scope.grammar = _react_grammar_for(agent)
-    with agent_run(scope):
+    scope.grammar = next(iter(grammars.values())) if len(grammars) == 1 else None
+    with react_steps(grammars), agent_run(scope):
         yield scope
 
 
-def _react_grammar_for(agent: Any) -> str | None:
+def _react_grammars(agent: Any) -> dict[str, str]:
+    """Each constrained ReAct agent's system header → the grammar of its steps."""
+    from llama_index.core.agent.workflow import AgentWorkflow
+
+    if isinstance(agent, AgentWorkflow):
+        agents = [(a, _workflow_tools(agent, a)) for a in agent.agents.values()]
+    else:
+        agents = [(agent, list(getattr(agent, "tools", None) or []))]
+    grammars = {}
+    for a, tools in agents:
+        grammar = _react_grammar_for(a, tools)
+        if grammar is not None:
+            grammars[a.formatter.format(tools, chat_history=[])[0].content or ""] = grammar
+    return grammars
+
+
+def _workflow_tools(workflow: Any, agent: Any) -> list[Any]:
+    """The tools ``workflow`` gives ``agent``'s steps: its own and the handoff tool."""
+    tools = list(agent.tools or [])
+    if agent.can_handoff_to or agent.can_handoff_to is None:
+        # NOTE: AgentWorkflow.get_tools is async; its handoff part is this private helper
+        handoff = workflow._get_handoff_tool(agent)
+        tools += [handoff] if handoff is not None else []
+    return tools
+
+
+def _react_grammar_for(agent: Any, tools: list[Any]) -> str | None:
     from llama_index.core.agent.workflow import ReActAgent
 
-    if not isinstance(agent, ReActAgent) or not agent.tools or agent.tool_retriever:
+    if not isinstance(agent, ReActAgent) or not tools or agent.tool_retriever:
         return None  # NOTE: retrieved tools are not known in advance: no grammar
     llm = agent.llm
     if not isinstance(llm, AgentRT) or not llm.constrained:
         return None
-    return react_grammar(agent.tools, _reasoning(llm))
+    return react_grammar(tools, _reasoning(llm))
 
 
 def _reasoning(llm: AgentRT) -> Reasoning:

@@ -10,6 +10,10 @@ response *is* the final one. A reasoning model's ``<think>`` text streams as
 ``additional_kwargs["thinking_delta"]`` of each response (what LlamaIndex's agents put in
 ``AgentStream.thinking_delta``), never in ``delta``, and the message so far holds it as a
 ``ThinkingBlock``.
+
+Inside an :func:`~llama_index.llms.agentrt.agent_session` only a ReAct agent's step follows
+the ReAct grammar (:func:`~llama_index.llms.agentrt.react.step_grammar`); every other call
+without tools or format answers freely, though the scope holds the agent's grammar.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 from llama_index.llms.agentrt.messages import assistant_message, to_openai_messages
+from llama_index.llms.agentrt.react import step_grammar
 
 from agentrt.chat import ChatCall, ChatProgress, prepare_chat
 from agentrt.chat.formats import detect_reasoning
+from agentrt.core.sampling_params import Grammar
 from agentrt.session import current_scope
 
 if TYPE_CHECKING:
@@ -49,11 +55,27 @@ def prepare_call(llm: AgentRT, backend: Backend, messages: Sequence[ChatMessage]
     options = {k: kwargs[k] if kwargs.get(k) is not None else getattr(llm, k)
                for k in _SAMPLING}
     options["stop"] = options["stop"] or ()
-    return prepare_chat(
+    call = prepare_chat(
         backend, to_openai_messages(messages), tools=kwargs.get("tools") or (),
         tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),
         constrained=llm.constrained, **options)
+    return _with_step_grammar(call, messages, llm.constrained)
+
+
+def _with_step_grammar(call: ChatCall, messages: Sequence[ChatMessage],
+                       constrained: bool) -> ChatCall:
+    """``call`` held to its ReAct agent's grammar, or to none: ``prepare_chat`` gives every
+    call without tools or format the scope's grammar (see the module docs)."""
+    scope = current_scope()
+    scoped = Grammar("ebnf", scope.grammar) if scope is not None and scope.grammar else None
+    if call.params.grammar is not None and call.params.grammar != scoped:
+        return call  # NOTE: the call's own tools or response format
+    ebnf = step_grammar(messages) if constrained else None
+    grammar = Grammar("ebnf", ebnf) if ebnf else None
+    if grammar == call.params.grammar:
+        return call
+    return dataclasses.replace(call, params=dataclasses.replace(call.params, grammar=grammar))
 
 
 def prepare_raw(llm: AgentRT, backend: Backend, prompt: str, kwargs: dict[str, Any]) -> ChatCall:
