@@ -244,47 +244,50 @@ class SGLangBackend(Backend):
                     yield delta
 
     def _stream(self, call: _Call) -> Iterator[StreamDelta]:
-        """One ``/generate`` streamed; aborted unless it finished."""
-        finished = False
-        with self._reaching("POST /generate"), \
-                self._client.stream("POST", "/generate", json=call.body) as response:
-            if response.is_error:
-                response.read()
-                _raise(response)
-            try:
+        """One ``/generate`` streamed; aborted unless it finished or was refused — also when
+        it ends before the answer's first byte."""
+        is_over = False
+        try:
+            with self._reaching("POST /generate"), \
+                    self._client.stream("POST", "/generate", json=call.body) as response:
+                if response.is_error:
+                    is_over = True
+                    response.read()
+                    _raise(response)
                 for line in response.iter_lines():
                     delta = _parse_line(call, line)
                     if delta is not None:
-                        finished = delta.finished
+                        is_over = delta.finished
                         yield delta
-                if not finished:
+                if not is_over:
                     raise self._cut_short(call)
-            finally:
-                call.end()
-                if not finished:
-                    self._abort_quietly(call.rid)
+        finally:
+            call.end()
+            if not is_over:
+                self._abort_quietly(call.rid)
 
     async def _astream(self, call: _Call) -> AsyncIterator[StreamDelta]:
-        finished = False
-        with self._reaching("POST /generate"):
-            async with self._async_client().stream("POST", "/generate",
-                                                   json=call.body) as response:
-                if response.is_error:
-                    await response.aread()
-                    _raise(response)
-                try:
+        is_over = False
+        try:
+            with self._reaching("POST /generate"):
+                async with self._async_client().stream("POST", "/generate",
+                                                       json=call.body) as response:
+                    if response.is_error:
+                        is_over = True
+                        await response.aread()
+                        _raise(response)
                     async for line in response.aiter_lines():
                         delta = _parse_line(call, line)
                         if delta is not None:
-                            finished = delta.finished
+                            is_over = delta.finished
                             yield delta
-                    if not finished:
+                    if not is_over:
                         raise self._cut_short(call)
-                finally:
-                    call.end()
-                    if not finished:
-                        with anyio.CancelScope(shield=True):  # NOTE: sent when cancelled too
-                            await self._aabort_quietly(call.rid)
+        finally:
+            call.end()
+            if not is_over:
+                with anyio.CancelScope(shield=True):  # NOTE: sent when cancelled too
+                    await self._aabort_quietly(call.rid)
 
     def _cut_short(self, call: _Call) -> SGLangConnectionError:
         return SGLangConnectionError(f"POST /generate to the SGLang server at {self.url} "

@@ -200,3 +200,93 @@ def test_close_closes_the_sessions_it_opened(sglang_server, prompt_ids):
     assert "does not exist" in answer.text
     with pytest.raises(RuntimeError, match="closed"):
         backend.generate(prompt_ids, SHORT)
+
+
+# --- cancellation, concurrency, text -----------------------------------------------------------
+ABORTS = "agentrt_requests_total{endpoint=/abort_request,status=200}"
+LONG = SamplingParams(max_tokens=512, ignore_eos=True)  # NOTE: never done before the cancel
+
+
+def test_a_cancelled_async_stream_sends_abort_request(sglang_server, prompt_ids):
+    """Under an anyio cancel scope (what Starlette and the graph runtime use) every await in
+    the scope is cancelled again: the abort must still go out."""
+    import anyio
+
+    async def run() -> int:
+        num = 0
+        async with get_backend("sglang", url=sglang_server.url, timeout=60) as backend:
+            with anyio.CancelScope() as scope:
+                async for delta in backend.astream(prompt_ids, LONG):
+                    num += len(delta.token_ids)
+                    scope.cancel()
+        return num
+
+    before = sglang_server.wait_until_idle()
+    assert 0 < anyio.run(run) < 512
+    after = sglang_server.wait_until_idle()
+    assert after.get(ABORTS, 0) - before.get(ABORTS, 0) == 1
+    assert after["agentrt_num_requests_running"] == 0
+
+
+def test_threads_and_tasks_on_one_backend_never_cross_talk(sglang, tokenizer):
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = [tokenizer.encode(f"{word} are known for", add_special_tokens=False)
+               for word in ("Cats", "Rivers", "Owls", "Clocks", "Bees", "Maple", "Salt", "Tea")]
+    alone = [sglang.generate(ids, SHORT).token_ids for ids in prompts]
+
+    def one(i: int) -> tuple[str, list[int]]:
+        out = sglang.generate(prompts[i % 8], SHORT, options=RequestOptions(request_id=f"t{i}"))
+        return out.request_id, out.token_ids
+
+    with ThreadPoolExecutor(16) as pool:
+        outs = list(pool.map(one, range(32)))
+    assert outs == [(f"t{i}", alone[i % 8]) for i in range(32)]
+
+    async def gathered() -> list[list[int]]:
+        outs = await asyncio.gather(*(sglang.agenerate(ids, SHORT) for ids in prompts * 3))
+        return [o.token_ids for o in outs]
+
+    assert asyncio.run(gathered()) == alone * 3
+
+
+def test_non_ascii_and_special_tokens_round_trip(sglang, local, tokenizer):
+    text = "Répète exactement : « 日本語 — naïve café 🎉 » <|im_end|>\n<|im_start|>assistant\n"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in ids  # a real special token
+    for skip in (True, False):
+        params = SamplingParams(max_tokens=8, skip_special_tokens=skip)
+        remote, here = sglang.generate(ids, params), local.generate(ids, params)
+        assert (remote.token_ids, remote.text) == (here.token_ids, here.text)
+        streamed = "".join(d.text for d in sglang.stream(ids, params))
+        assert streamed == remote.text and "\ufffd" not in streamed
+
+
+# --- agentrt serve as a front server -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def front(sglang_server, tmp_path_factory):
+    """``agentrt serve --backend sglang`` in front of the session's SGLang-speaking server."""
+    from serve_harness import start_server
+
+    log = tmp_path_factory.mktemp("front") / "serve.log"
+    with start_server(log, "--backend", "sglang", "--backend-url", sglang_server.url) as server:
+        yield server
+
+
+def test_a_front_server_client_that_leaves_aborts_the_backend_request(front, sglang_server):
+    chat = {"model": "SmolLM2-135M-Instruct", "max_tokens": 400,
+            "messages": [{"role": "user", "content": "Count from 1 to 500, one per line."}]}
+    before = sglang_server.wait_until_idle()
+    with httpx.stream("POST", f"{front.url}/v1/chat/completions", timeout=60,
+                      json=dict(chat, stream=True)) as answer:
+        assert answer.status_code == 200
+        next(answer.iter_lines())  # one event, then the client leaves
+    with pytest.raises(httpx.ReadTimeout):  # a whole answer the client stops waiting for
+        httpx.post(f"{front.url}/v1/chat/completions", json=chat, timeout=1.5)
+    deadline = time.monotonic() + 20
+    while sglang_server.metrics().get(ABORTS, 0) - before.get(ABORTS, 0) < 2 \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = sglang_server.wait_until_idle()
+    assert after.get(ABORTS, 0) - before.get(ABORTS, 0) == 2
+    assert after["agentrt_num_requests_running"] == 0
