@@ -132,7 +132,9 @@ class ChunkParser:
         new_ids = ids if len(ids) < num_done else ids[len(self.token_ids):]
         self.token_ids.extend(new_ids)
         text = out.get("text", "")
-        new_text = text[len(self.text):] if text.startswith(self.text) else text
+        # NOTE: cumulative text may shrink at the end (a stop string streamed in part, then
+        # trimmed): what was streamed stays, and only text beyond its length is new
+        new_text = text[len(self.text):]
         self.text += new_text
         reason = meta.get("finish_reason")
         return StreamDelta(

@@ -290,3 +290,20 @@ def test_a_front_server_client_that_leaves_aborts_the_backend_request(front, sgl
     after = sglang_server.wait_until_idle()
     assert after.get(ABORTS, 0) - before.get(ABORTS, 0) == 2
     assert after["agentrt_num_requests_running"] == 0
+
+
+def test_cumulative_text_that_shrinks_at_the_end_is_never_repeated():
+    """SGLang trims a matched stop string from the final text, after part of it streamed."""
+    from agentrt.backends.sglang_protocol import ChunkParser
+
+    def out(text: str, n: int, reason: dict | None = None) -> dict:
+        return {"text": text, "output_ids": list(range(n)),
+                "meta_info": {"completion_tokens": n, "finish_reason": reason}}
+
+    parser = ChunkParser("r")
+    texts = [parser.chunk(out("Paris", 1)).text, parser.chunk(out("Paris.\n", 2)).text,
+             parser.chunk(out("Paris.", 3, {"type": "stop", "matched": "\n\n"})).text]
+    assert texts == ["Paris", ".\n", ""]  # was "Paris." again at the end
+    parser = ChunkParser("r")
+    assert [parser.chunk(out(t, i + 1)).text for i, t in enumerate(["ab", "aX", "aXY"])] \
+        == ["ab", "", "Y"]  # a changed character cannot be taken back: never repeated
