@@ -14,6 +14,8 @@ import asyncio
 
 import pytest
 from llama_index.core import SummaryIndex
+from llama_index.core.agent.react.output_parser import ReActOutputParser
+from llama_index.core.agent.react.types import ActionReasoningStep, ResponseReasoningStep
 from llama_index.core.agent.workflow import (
     AgentOutput,
     AgentStream,
@@ -24,7 +26,7 @@ from llama_index.core.agent.workflow import (
 )
 from llama_index.core.schema import TextNode
 from llama_index.core.tools import FunctionTool, QueryEngineTool
-from llama_index.llms.agentrt import AgentRT, agent_session, to_llama_index
+from llama_index.llms.agentrt import AgentRT, agent_session, react_grammar, to_llama_index
 
 QUESTION = "What is the capital of France?"
 
@@ -101,7 +103,9 @@ def workflow(tool_llm):
     return AgentWorkflow(agents=[calc, writer], root_agent="calc")
 
 
-def test_an_agent_workflows_react_agent_may_call_its_tools_and_hand_off(engine, workflow):
+@pytest.fixture(scope="module")
+def accepts(engine):
+    """Whether a grammar accepts a whole turn (then the end of the generation)."""
     xgr = pytest.importorskip("xgrammar")
     info = xgr.TokenizerInfo.from_huggingface(engine.tokenizer)
     compiler = xgr.GrammarCompiler(info)
@@ -111,6 +115,28 @@ def test_an_agent_workflows_react_agent_may_call_its_tools_and_hand_off(engine, 
         return (matcher.accept_string(text) and matcher.accept_token(info.stop_token_ids[0])
                 and matcher.is_terminated())
 
+    return accepts
+
+
+STEP = 'Thought: {}\nAction: add\nAction Input: {{"a": 1, "b": 2}}'
+
+
+@pytest.mark.parametrize(("turn", "kind"), [
+    (STEP.format("I add them."), ActionReasoningStep),
+    ("Thought: I know it.\nAnswer: 3. Action: none needed", ResponseReasoningStep),
+    (STEP.format("The Answer: is a sum"), None),  # LlamaIndex: a final answer, no call
+    ("Thought: Action: none\nAnswer: 3", None),  # LlamaIndex: a parse error, a retry
+])
+def test_every_turn_the_react_grammar_allows_parses_as_written(react, accepts, turn, kind):
+    grammar = react_grammar(react.tools)
+    if kind is None:
+        assert not accepts(grammar, turn)
+    else:
+        assert accepts(grammar, turn)
+        assert type(ReActOutputParser().parse(turn)) is kind
+
+
+def test_an_agent_workflows_react_agent_may_call_its_tools_and_hand_off(workflow, accepts):
     with agent_session(workflow) as scope:
         grammar = scope.grammar
     assert grammar is not None  # the workflow's one ReAct agent

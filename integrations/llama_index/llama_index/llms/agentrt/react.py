@@ -31,6 +31,9 @@ from agentrt.chat.grammar import after_reasoning
 __all__ = ["react_grammar", "react_steps", "step_grammar"]
 
 _MAX_JSON_WHITESPACE = 1  # NOTE: as in agentrt.chat.grammar: no runaway whitespace
+_KEYWORDS = ("Action:", "Answer:")
+"""Never in the thought: LlamaIndex's parser reads the first of them as the step's kind (an
+"Answer:" in the thought made an action step a final answer)."""
 
 _steps: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
     "agentrt_react_steps", default=None)
@@ -47,8 +50,8 @@ def react_grammar(tools: Sequence[Any], reasoning: Reasoning = "none") -> str:
     actions = [_action(t.metadata.get_name(), t.metadata.get_parameters_dict()) for t in tools]
     answer = {"type": "sequence", "elements": [
         {"type": "const_string", "value": "Answer: "}, {"type": "any_text"}]}
-    thought = {"type": "tag", "begin": "Thought: ", "content": {"type": "any_text"},
-               "end": "\n"}
+    thought = {"type": "tag", "begin": "Thought: ",
+               "content": {"type": "any_text", "excludes": list(_KEYWORDS)}, "end": "\n"}
     turn = {"type": "sequence",
             "elements": [thought, {"type": "or", "elements": [*actions, answer]}]}
     tag = {"type": "structural_tag", "format": after_reasoning(turn, reasoning)}
