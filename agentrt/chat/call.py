@@ -114,7 +114,8 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                  request_id: str | None = None,
                  tool_format: str | ToolCallFormat | None = None,
                  chat_template: str | None = None,
-                 chat_template_kwargs: Mapping[str, Any] | None = None) -> ChatCall:
+                 chat_template_kwargs: Mapping[str, Any] | None = None,
+                 logprobs: int | None = None) -> ChatCall:
     """Render, tokenize and parameterize one call on ``backend`` (a
     :class:`~agentrt.backends.base.Backend`, or an :class:`agentrt.Engine`: its local one).
 
@@ -124,8 +125,9 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     ``constrained`` (the default) tool calls and JSON answers are grammar-constrained.
     ``chat_template`` replaces the tokenizer's; ``chat_template_kwargs`` are variables the
     template reads (Qwen3's ``{"enable_thinking": False}``); ``tool_format`` (``"hermes"``,
-    ``"llama3"``, ``"mistral"``) overrides the one read from the template. Raises
-    ``ValueError`` for input the call cannot honour.
+    ``"llama3"``, ``"mistral"``) overrides the one read from the template; ``logprobs``
+    (``SamplingParams.logprobs``) puts each token's log-probabilities on the stream deltas.
+    Raises ``ValueError`` for input the call cannot honour.
     """
     backend = as_backend(backend)
     tokenizer = backend.tokenizer
@@ -149,7 +151,7 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=(stop,) if isinstance(stop, str) else tuple(stop),
                             grammar=grammar,
-                            skip_special_tokens=markers is None,
+                            skip_special_tokens=markers is None, logprobs=logprobs,
                             **({} if max_tokens is None else {"max_tokens": max_tokens}))
     call = ChatCall(backend, prompt_ids, params, timeout=timeout, tool_format=fmt,
                     reasoning=reasoning, can_call_tools=can_call_tools, markers=markers,

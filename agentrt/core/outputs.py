@@ -26,7 +26,7 @@ class StreamDelta:
 
     Unlike vLLM's streamed ``RequestOutput`` (cumulative, every step), a delta holds only
     what is new: the concatenated deltas are the whole answer
-    (:meth:`RequestOutput.from_deltas`). Deltas carry no logprobs; ``generate`` returns them.
+    (:meth:`RequestOutput.from_deltas`), their :attr:`logprobs` too.
     """
 
     request_id: str
@@ -46,6 +46,10 @@ class StreamDelta:
     matched_stop: int | str | None = None
     """On the finishing delta: the stop token id or stop string that ended the segment
     (for an abort by a hook or a failed sampler: the reason, as text)."""
+    logprobs: list[dict[int, float]] | None = None
+    """With ``SamplingParams.logprobs`` set: for each of :attr:`token_ids`, token id →
+    log-probability of the sampled token and the top alternatives (as
+    :attr:`RequestOutput.logprobs`); None otherwise."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +119,14 @@ class RequestOutput:
     def from_deltas(cls, deltas: Iterable[StreamDelta]) -> RequestOutput:
         """Fold a stream into a whole output: texts and ids concatenated, counters and the
         finish from the last delta. Without the engine's request, ``num_prefill_tokens`` is
-        the prompt tokens not cached, and ``logprobs`` / ``stats`` are empty."""
-        request_id, text, token_ids = "", [], []
+        the prompt tokens not cached, and ``stats`` are empty."""
+        request_id, text, token_ids, logprobs = "", [], [], []
         last: StreamDelta | None = None
         for d in deltas:
             request_id = d.request_id
             text.append(d.text)
             token_ids.extend(d.token_ids)
+            logprobs.extend(d.logprobs or ())
             last = d
         if last is None:
             return cls(request_id="", num_prompt_tokens=0, token_ids=[], text="",
@@ -135,6 +140,7 @@ class RequestOutput:
             matched_stop=last.matched_stop if last.finished else None,
             num_cached_tokens=last.num_cached_tokens,
             num_prefill_tokens=max(0, last.num_prompt_tokens - last.num_cached_tokens),
+            logprobs=logprobs,
         )
 
 

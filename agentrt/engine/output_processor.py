@@ -39,9 +39,12 @@ def make_update(req: Request, token_ids: list[int], text: str, finished: bool,
                 error: Exception | None = None) -> StepUpdate:
     """The update (and stream delta, with the segment's counters) of ``req`` now."""
     prompt, cached, _ = segment_counters(req)
+    # NOTE: one token a step, sampled (its logprobs the sampler's last entry) or forced
+    logprobs = req.logprobs[-len(token_ids):] \
+        if req.params.logprobs is not None and token_ids else None
     delta = StreamDelta(req.request_id, text, token_ids, finished,
                         req.finish_reason if finished else None, prompt, cached,
-                        req.stop_reason if finished else None)
+                        req.stop_reason if finished else None, logprobs)
     return StepUpdate(req, delta, error)
 
 

@@ -44,10 +44,13 @@ from agentrt.server.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChoiceLogprobs,
     ChunkChoice,
     DeltaMessage,
     FunctionCall,
+    TokenLogprob,
     ToolCall,
+    TopLogprob,
     Usage,
 )
 from agentrt.server.run import Event, Run
@@ -79,15 +82,20 @@ async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
     a 400 for input the chat layer rejects or a ``max_tokens`` the context cannot hold."""
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     tools = [t.model_dump(exclude_none=True) for t in body.tools or ()]
-    prepare = partial(
-        prepare_chat, state.backend, messages, tools=tools, tool_choice=body.tool_choice,
-        response_format=body.output_format, parallel_tool_calls=bool(body.parallel_tool_calls),
-        stop=body.stops, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-        seed=body.seed, max_tokens=body.output_limit or state.max_model_len,
-        chat_template_kwargs=body.chat_template_kwargs,
-        request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
     try:
+        logprobs = body.num_logprobs
+        prepare = partial(
+            prepare_chat, state.backend, messages, tools=tools, tool_choice=body.tool_choice,
+            response_format=body.output_format,
+            parallel_tool_calls=bool(body.parallel_tool_calls), stop=body.stops,
+            temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
+            max_tokens=body.output_limit or state.max_model_len,
+            chat_template_kwargs=body.chat_template_kwargs, logprobs=logprobs,
+            request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
         call = await anyio.to_thread.run_sync(prepare)
+        if logprobs is not None and (call.can_call_tools or call.reasoning != "none"):
+            raise ValueError("logprobs are served for plain answers: not with tools a call "
+                             "may use, nor for a model that reasons first")
     except ValueError as exc:
         raise APIError.bad_request(exc) from exc
     if body.output_limit is not None:
@@ -112,6 +120,10 @@ class ChatRun(Run):
         self._calls: dict[int, ToolCall] = {}
         """The tool calls so far: the stream's deltas merged by index."""
         self._num_cached_tokens = 0
+        self._logprobs: list[TokenLogprob] = []
+        """With ``logprobs``: the answer's tokens so far (special tokens left out)."""
+        self._sent_logprobs = 0
+        """Of :attr:`_logprobs`, those already in a streamed chunk."""
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -125,6 +137,9 @@ class ChatRun(Run):
         self._piece = self.progress.feed(delta)
         for chunk in self._piece.tool_call_chunks:
             self._merge(chunk)
+        if delta.logprobs is not None:
+            self._logprobs += token_logprobs(self.call.backend.tokenizer, delta.token_ids,
+                                             delta.logprobs, self.call.params.logprobs or 0)
 
     def _merge(self, chunk: dict[str, Any]) -> None:
         index = chunk["index"]
@@ -136,7 +151,8 @@ class ChatRun(Run):
         function.arguments = (function.arguments or "") + (chunk["args"] or "")
 
     def answer(self) -> ChatCompletion:
-        choice = ChatChoice(message=self.message(), finish_reason=self.finish_reason)
+        choice = ChatChoice(message=self.message(), finish_reason=self.finish_reason,
+                            logprobs=self._choice_logprobs(self._logprobs))
         return ChatCompletion(id=self.call.request_id, created=self.created, model=self.model,
                               choices=[choice], usage=self.usage())
 
@@ -145,21 +161,25 @@ class ChatRun(Run):
             return
         if not self._started_stream:  # NOTE: after the first delta, so a rejection is a 400
             self._started_stream = True
-            yield self.chunk(DeltaMessage(role="assistant", content=""))
+            yield self.chunk(DeltaMessage(role="assistant", content=""), logprobs=False)
         if self._piece:
             yield self.chunk(_delta(self._piece))
 
     _started_stream = False
 
     def final_events(self) -> Iterable[Event]:
-        yield self.chunk(DeltaMessage(), self.finish_reason)
+        yield self.chunk(DeltaMessage(), self.finish_reason)  # with tokens not yet sent
         if self.include_usage:
             yield ChatCompletionChunk(id=self.call.request_id, created=self.created,
                                       model=self.model, choices=[], usage=self.usage())
 
-    def chunk(self, delta: DeltaMessage, finish_reason: str | None = None
-              ) -> ChatCompletionChunk:
-        choice = ChunkChoice(delta=delta, finish_reason=finish_reason)
+    def chunk(self, delta: DeltaMessage, finish_reason: str | None = None, *,
+              logprobs: bool = True) -> ChatCompletionChunk:
+        """One streamed chunk; with ``logprobs`` it carries the tokens not yet sent."""
+        fresh = self._logprobs[self._sent_logprobs:] if logprobs else []
+        self._sent_logprobs += len(fresh)
+        choice = ChunkChoice(delta=delta, finish_reason=finish_reason,
+                             logprobs=self._choice_logprobs(fresh) if fresh else None)
         return ChatCompletionChunk(id=self.call.request_id, created=self.created,
                                    model=self.model, choices=[choice])
 
@@ -174,9 +194,34 @@ class ChatRun(Run):
     def finish_reason(self) -> str:
         return self.progress.finish_reason or "stop"
 
+    def _choice_logprobs(self, tokens: list[TokenLogprob]) -> ChoiceLogprobs | None:
+        return None if self.call.params.logprobs is None else ChoiceLogprobs(content=tokens)
+
     def usage(self) -> Usage:
         return Usage.of(self.progress.num_prompt_tokens, self.progress.num_output_tokens,
                         self._num_cached_tokens)
+
+
+def token_logprobs(tokenizer: Any, token_ids: list[int], logprobs: list[dict[int, float]],
+                   top: int) -> list[TokenLogprob]:
+    """OpenAI's per-token entries for ``token_ids`` (special tokens, such as the end of the
+    turn, left out): each token's text (as the tokenizer decodes it alone; ``bytes`` are that
+    text's UTF-8) and log-probability, and its ``top`` likeliest alternatives, best first."""
+    special = set(tokenizer.all_special_ids)
+    out = []
+    for token, entry in zip(token_ids, logprobs, strict=True):
+        if token in special or token not in entry:
+            continue  # NOTE: not in entry: a forced token, not sampled
+        best = sorted(entry.items(), key=lambda kv: -kv[1])[:top]
+        out.append(TokenLogprob(**_top(tokenizer, token, entry[token]),
+                                top_logprobs=[TopLogprob(**_top(tokenizer, t, lp))
+                                              for t, lp in best]))
+    return out
+
+
+def _top(tokenizer: Any, token: int, logprob: float) -> dict[str, Any]:
+    text = tokenizer.decode([token])
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
 
 def _delta(piece: StreamPiece) -> DeltaMessage:

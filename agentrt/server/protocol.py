@@ -2,7 +2,8 @@
 
 Requests accept what OpenAI's clients send (unknown fields that cannot change the answer
 are ignored, as OpenAI-compatible servers do) and reject, with a 400 naming the field, values
-agentrt cannot honour: ``n`` or ``best_of`` above 1, ``logprobs``, ``echo``, penalties,
+agentrt cannot honour: ``n`` or ``best_of`` above 1, the legacy endpoint's ``logprobs``
+(chat serves ``logprobs`` / ``top_logprobs`` for plain answers), ``echo``, penalties,
 ``logit_bias``, vLLM's and SGLang's sampling extras and OpenAI's ``functions``
 (:mod:`agentrt.server.neutral`), a ``seed`` outside the signed 64-bit range (vLLM's rule),
 and malformed message shapes (a content part without
@@ -36,6 +37,7 @@ __all__ = [
     "ChatCompletionChunk",
     "ChatCompletionRequest",
     "ChatMessage",
+    "ChoiceLogprobs",
     "ChunkChoice",
     "Completion",
     "CompletionChoice",
@@ -50,8 +52,10 @@ __all__ = [
     "ModelList",
     "PromptTokensDetails",
     "StreamOptions",
+    "TokenLogprob",
     "ToolCall",
     "ToolSpec",
+    "TopLogprob",
     "Usage",
 ]
 
@@ -95,10 +99,14 @@ class _SamplingRequest(EngineExtras):
     frequency_penalty: float | None = None
     user: str | None = None
 
-    @field_validator("n", "logprobs", "top_logprobs", "logit_bias", "presence_penalty",
-                     "frequency_penalty")
+    @field_validator("n", "logit_bias", "presence_penalty", "frequency_penalty")
     @classmethod
     def _supported(cls, value: Any, info: Any) -> Any:
+        return check_neutral(info.field_name, value)
+
+    @field_validator("logprobs", "top_logprobs")
+    @classmethod
+    def _logprobs_supported(cls, value: Any, info: Any) -> Any:
         return check_neutral(info.field_name, value)
 
     @field_validator("seed")
@@ -196,6 +204,25 @@ class ChatCompletionRequest(_SamplingRequest, ChatExtras):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     """OpenAI's newer name of ``max_tokens``; wins when both are given."""
+    logprobs: bool | None = None
+    """Return each answer token's log-probability (``choices[].logprobs.content``)."""
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    """With ``logprobs``: also this many likeliest alternatives per token (0-20)."""
+
+    @field_validator("logprobs", "top_logprobs")
+    @classmethod
+    def _logprobs_supported(cls, value: Any, info: Any) -> Any:
+        return value  # NOTE: chat serves them (the legacy endpoint refuses its own form)
+
+    @property
+    def num_logprobs(self) -> int | None:
+        """The engine's ``SamplingParams.logprobs`` (alternatives per token), None = none;
+        ``top_logprobs`` without ``logprobs`` is a ``ValueError``, as OpenAI answers it."""
+        if not self.logprobs:
+            if self.top_logprobs:
+                raise ValueError("top_logprobs needs logprobs: true")
+            return None
+        return self.top_logprobs or 0
     chat_template_kwargs: dict[str, Any] | None = None
     """vLLM's and SGLang's extension: variables the chat template reads (Qwen3's
     ``{"enable_thinking": false}``); apply_chat_template's own arguments are a 400."""
@@ -295,11 +322,25 @@ class AssistantMessage(BaseModel):
         return out
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None = None
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 def _created() -> int:
@@ -326,7 +367,7 @@ class ChunkChoice(BaseModel):
     index: int = 0
     delta: DeltaMessage
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):

@@ -77,3 +77,16 @@ def test_from_deltas_of_an_unfinished_stream_has_no_finish():
     out = RequestOutput.from_deltas([StreamDelta("r", "a", [1], num_prompt_tokens=2)])
     assert out.finish_reason is None and out.matched_stop is None and out.text == "a"
     assert RequestOutput.from_deltas([]).token_ids == []
+
+
+def test_stream_deltas_carry_the_logprobs_generate_returns(engine):
+    """Each delta's ``logprobs`` are its tokens'; folded, they are ``generate``'s."""
+    from agentrt import RequestOutput, SamplingParams
+
+    params = SamplingParams(max_tokens=5, logprobs=2, ignore_eos=True)
+    deltas = list(engine.stream("The sky is", params))
+    assert all(len(d.logprobs) == len(d.token_ids) for d in deltas if d.token_ids)
+    whole = engine.generate("The sky is", params)
+    assert RequestOutput.from_deltas(deltas).logprobs == whole.logprobs
+    assert all(d.logprobs is None for d in engine.stream("The sky is",
+                                                         SamplingParams(max_tokens=2)))

@@ -239,3 +239,45 @@ def test_an_empty_api_key_is_refused(engine):
 
     with pytest.raises(ValueError, match="api_key"):
         create_app(engine, api_key=" ")
+
+
+# --- logprobs ------------------------------------------------------------------------------------
+def test_chat_logprobs_whole_and_streamed(client):
+    """``logprobs`` / ``top_logprobs`` as OpenAI gives them: one entry per answer token whose
+    texts join into the answer, the greedy token first among its alternatives; the stream's
+    chunks carry the same entries."""
+    whole = _chat(client, max_completion_tokens=8, logprobs=True, top_logprobs=3).choices[0]
+    tokens = whole.logprobs.content
+    assert tokens and "".join(t.token for t in tokens) == whole.message.content
+    for t in tokens:
+        assert len(t.top_logprobs) == 3 and t.logprob <= 0
+        assert [a.logprob for a in t.top_logprobs] == sorted(
+            (a.logprob for a in t.top_logprobs), reverse=True)
+        assert t.top_logprobs[0].token == t.token  # greedy: the likeliest
+        assert abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6
+        assert bytes(t.bytes).decode() == t.token
+    chunks = _chat(client, max_completion_tokens=8, logprobs=True, top_logprobs=3,
+                   stream=True)
+    streamed = [entry for chunk in chunks
+                for choice in chunk.choices if choice.logprobs
+                for entry in choice.logprobs.content]
+    assert [t.token for t in streamed] == [t.token for t in tokens]
+    # NOTE: the second run reads the prompt's KV from the prefix cache: the same values to
+    # float rounding, not bit for bit
+    assert [t.logprob for t in streamed] == pytest.approx([t.logprob for t in tokens],
+                                                          abs=1e-3)
+    plain = _chat(client, max_completion_tokens=8, logprobs=True).choices[0].logprobs.content
+    assert [t.token for t in plain] == [t.token for t in tokens]
+    assert all(t.top_logprobs == [] for t in plain)
+    assert _chat(client, max_completion_tokens=8).choices[0].logprobs is None
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"top_logprobs": 2}, "needs logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logprobs": True, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {}}}}]}, "tools"),
+])
+def test_chat_logprobs_it_cannot_serve_are_a_400(client, fields, says):
+    with pytest.raises(openai.BadRequestError, match=says):
+        _chat(client, **fields)
