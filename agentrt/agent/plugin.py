@@ -43,7 +43,12 @@ __all__ = [
 
 
 class ToolCallError(Exception):
-    """The call is invalid or failed; ``str(error)`` is the observation the model will see."""
+    """The call is invalid or failed; ``str(error)`` is the observation the model will see.
+
+    Any other exception a tool raises becomes an error observation too (``"name: Type: message"``)
+    and never reaches the caller — unlike LangChain, where only ``ToolException`` is turned into
+    an observation (``handle_tool_error``) and other errors propagate out of the agent.
+    """
 
 
 @dataclass(frozen=True)

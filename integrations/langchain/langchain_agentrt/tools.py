@@ -49,7 +49,7 @@ class AgentRTTool(BaseTool):
         tool = self.runtime.tools[self.name]
         if args:  # a single string input (ReAct agents)
             kwargs = {tool.main_argument or "input": args[0], **kwargs}
-        arguments = dict(kwargs)
+        arguments = {k: v for k, v in kwargs.items() if v is not None or _takes_null(tool, k)}
         observation = self._started(args, arguments)
         if observation is None:
             observation = self.runtime.run(self.name, arguments, session=self.session)
@@ -128,6 +128,13 @@ def from_langchain(
     worker is abandoned, not stopped).
     """
     return LangChainTool(tool, isolation=isolation, sandbox=sandbox)
+
+
+def _takes_null(tool: Tool, key: str) -> bool:
+    """Whether argument ``key`` may be null; else a None (what an agent writes for an optional
+    argument it does not use, as OpenAI's strict mode does) means the argument is left out."""
+    kind = tool.parameters.get("properties", {}).get(key, {}).get("type")
+    return kind == "null" or (isinstance(kind, list) and "null" in kind)
 
 
 def _is_async_only(tool: BaseTool) -> bool:
