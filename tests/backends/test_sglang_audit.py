@@ -157,7 +157,8 @@ def test_an_http_proxy_in_the_environment_does_not_hijack_loopback(sglang_server
 
 
 def test_async_calls_from_two_event_loops(sglang, prompt_ids):
-    """``asyncio.run`` twice (what a compiled graph's ``invoke`` does at each call)."""
+    """``asyncio.run`` twice on one backend (a script that runs each request in its own loop):
+    the second found the first loop's pooled connection ("Event loop is closed")."""
     async def once() -> list[int]:
         return (await sglang.agenerate(prompt_ids, SHORT)).token_ids
 
