@@ -27,7 +27,9 @@ Where this client differs from SGLang's own (``requests`` / ``aiohttp``) on purp
   without a byte (per connect and per read, not for the whole call), a stream that ends
   before its request finished — raises :class:`SGLangConnectionError` naming the URL (a
   ``ConnectionError``), never a short answer; an error status raises :class:`SGLangError`
-  with the server's message. Either way a call in flight is aborted first.
+  with the server's message. A call the server took that did not finish (failed,
+  cancelled — under an anyio cancel scope too — or closed early, even before its first
+  byte) is aborted with ``/abort_request``, not only by its closed connection.
 - A loopback URL (``127.0.0.1``, ``::1``, ``localhost``) ignores ``HTTP_PROXY`` and the other
   proxy variables; any other host honours them.
 - A session the server no longer knows (it restarted, or the session was closed elsewhere) is
