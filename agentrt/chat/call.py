@@ -33,6 +33,7 @@ from agentrt.chat.formats import (
     reasoning_tags,
 )
 from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, response_schema
+from agentrt.chat.logprobs import token_logprobs
 from agentrt.chat.template import encode_prompt, render_prompt
 from agentrt.chat.tool_calls import InvalidToolCall, StreamPiece, ToolCall, ToolCallStream
 from agentrt.core.options import RequestOptions
@@ -219,6 +220,9 @@ class ChatProgress:
                                      must_call=call.must_call_tools)
         self._content: list[str] = []
         self._reasoning: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
+        """With ``params.logprobs`` set: OpenAI's entry of each answer token so far
+        (:func:`agentrt.chat.logprobs.token_logprobs`)."""
         self.num_output_tokens = 0
         self.engine_finish_reason: str | None = None
         """The engine's reason (``stop``, ``length``, ``abort``); see :attr:`finish_reason`."""
@@ -226,6 +230,9 @@ class ChatProgress:
     def feed(self, delta: StreamDelta) -> StreamPiece:
         """Count the delta's tokens and parse its text (the last delta closes the parser)."""
         self.num_output_tokens += len(delta.token_ids)
+        if delta.logprobs:
+            self.logprobs += token_logprobs(self.call.backend.tokenizer, delta.token_ids,
+                                            delta.logprobs, self.call.params.logprobs or 0)
         markers = self.call.markers
         piece = self.parser.feed(delta.text if markers is None else
                                  markers.strip_special(delta.text))

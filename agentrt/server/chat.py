@@ -50,7 +50,6 @@ from agentrt.server.protocol import (
     FunctionCall,
     TokenLogprob,
     ToolCall,
-    TopLogprob,
     Usage,
 )
 from agentrt.server.run import Event, Run
@@ -120,10 +119,8 @@ class ChatRun(Run):
         self._calls: dict[int, ToolCall] = {}
         """The tool calls so far: the stream's deltas merged by index."""
         self._num_cached_tokens = 0
-        self._logprobs: list[TokenLogprob] = []
-        """With ``logprobs``: the answer's tokens so far (special tokens left out)."""
         self._sent_logprobs = 0
-        """Of :attr:`_logprobs`, those already in a streamed chunk."""
+        """Of the progress's logprobs entries, those already in a streamed chunk."""
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -137,9 +134,6 @@ class ChatRun(Run):
         self._piece = self.progress.feed(delta)
         for chunk in self._piece.tool_call_chunks:
             self._merge(chunk)
-        if delta.logprobs is not None:
-            self._logprobs += token_logprobs(self.call.backend.tokenizer, delta.token_ids,
-                                             delta.logprobs, self.call.params.logprobs or 0)
 
     def _merge(self, chunk: dict[str, Any]) -> None:
         index = chunk["index"]
@@ -152,7 +146,7 @@ class ChatRun(Run):
 
     def answer(self) -> ChatCompletion:
         choice = ChatChoice(message=self.message(), finish_reason=self.finish_reason,
-                            logprobs=self._choice_logprobs(self._logprobs))
+                            logprobs=self._choice_logprobs(self.progress.logprobs))
         return ChatCompletion(id=self.call.request_id, created=self.created, model=self.model,
                               choices=[choice], usage=self.usage())
 
@@ -176,7 +170,7 @@ class ChatRun(Run):
     def chunk(self, delta: DeltaMessage, finish_reason: str | None = None, *,
               logprobs: bool = True) -> ChatCompletionChunk:
         """One streamed chunk; with ``logprobs`` it carries the tokens not yet sent."""
-        fresh = self._logprobs[self._sent_logprobs:] if logprobs else []
+        fresh = self.progress.logprobs[self._sent_logprobs:] if logprobs else []
         self._sent_logprobs += len(fresh)
         choice = ChunkChoice(delta=delta, finish_reason=finish_reason,
                              logprobs=self._choice_logprobs(fresh) if fresh else None)
@@ -194,34 +188,14 @@ class ChatRun(Run):
     def finish_reason(self) -> str:
         return self.progress.finish_reason or "stop"
 
-    def _choice_logprobs(self, tokens: list[TokenLogprob]) -> ChoiceLogprobs | None:
-        return None if self.call.params.logprobs is None else ChoiceLogprobs(content=tokens)
+    def _choice_logprobs(self, tokens: list[dict[str, Any]]) -> ChoiceLogprobs | None:
+        if self.call.params.logprobs is None:
+            return None
+        return ChoiceLogprobs(content=[TokenLogprob.model_validate(t) for t in tokens])
 
     def usage(self) -> Usage:
         return Usage.of(self.progress.num_prompt_tokens, self.progress.num_output_tokens,
                         self._num_cached_tokens)
-
-
-def token_logprobs(tokenizer: Any, token_ids: list[int], logprobs: list[dict[int, float]],
-                   top: int) -> list[TokenLogprob]:
-    """OpenAI's per-token entries for ``token_ids`` (special tokens, such as the end of the
-    turn, left out): each token's text (as the tokenizer decodes it alone; ``bytes`` are that
-    text's UTF-8) and log-probability, and its ``top`` likeliest alternatives, best first."""
-    special = set(tokenizer.all_special_ids)
-    out = []
-    for token, entry in zip(token_ids, logprobs, strict=True):
-        if token in special or token not in entry:
-            continue  # NOTE: not in entry: a forced token, not sampled
-        best = sorted(entry.items(), key=lambda kv: -kv[1])[:top]
-        out.append(TokenLogprob(**_top(tokenizer, token, entry[token]),
-                                top_logprobs=[TopLogprob(**_top(tokenizer, t, lp))
-                                              for t, lp in best]))
-    return out
-
-
-def _top(tokenizer: Any, token: int, logprob: float) -> dict[str, Any]:
-    text = tokenizer.decode([token])
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
 
 def _delta(piece: StreamPiece) -> DeltaMessage:

@@ -81,6 +81,12 @@ class ChatAgentRT(BaseChatModel):
     """Stream by default (``invoke`` goes through ``_stream``)."""
     constrained: bool = True
     """Grammar-constrain tool calls and structured output (needs ``xgrammar``)."""
+    logprobs: bool | None = None
+    """Return each answer token's log-probability in ``response_metadata["logprobs"]``
+    (``{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}``, as ``ChatOpenAI``);
+    also per call."""
+    top_logprobs: int | None = None
+    """With ``logprobs``: also this many likeliest alternatives per token."""
     chat_template_kwargs: dict[str, Any] | None = None
     """Variables the model's chat template reads, as vLLM's and SGLang's
     ``chat_template_kwargs`` (Qwen3: ``{"enable_thinking": False}``); also per call."""

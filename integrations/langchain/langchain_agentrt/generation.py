@@ -29,7 +29,8 @@ _SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "chat_templa
 _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 # strict: constrained decoding is always strict; stream_usage: the last chunk always has usage
 _IGNORED = ("stream", "strict", "stream_usage")
-_KNOWN = frozenset(_SAMPLING + _BINDINGS + _IGNORED + ("timeout", "model"))
+_KNOWN = frozenset(_SAMPLING + _BINDINGS + _IGNORED + ("timeout", "model", "logprobs",
+                                                        "top_logprobs"))
 
 
 def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessage],
@@ -41,6 +42,9 @@ def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessag
     stops = stop if stop is not None else model.stop
     if isinstance(stops, str):  # NOTE: one stop string, as OpenAI's API takes it
         stops = [stops]
+    options["logprobs"] = _num_logprobs(
+        model.logprobs if kwargs.get("logprobs") is None else kwargs["logprobs"],
+        model.top_logprobs if kwargs.get("top_logprobs") is None else kwargs["top_logprobs"])
     return prepare_chat(
         backend, to_openai_messages(messages),
         tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
@@ -56,6 +60,7 @@ class Progress(ChatProgress):
     def __init__(self, call: ChatCall, model_name: str) -> None:
         super().__init__(call)
         self.model_name = model_name
+        self._sent = 0  # of self.logprobs, the entries a chunk carried
 
     def chunk(self, delta: StreamDelta) -> ChatGenerationChunk | None:
         """The LangChain chunk for ``delta`` (None when it completed nothing)."""
@@ -66,9 +71,11 @@ class Progress(ChatProgress):
             if not piece:
                 return None
             return ChatGenerationChunk(message=AIMessageChunk(
-                content=piece.content, tool_call_chunks=chunks, additional_kwargs=extra))
+                content=piece.content, tool_call_chunks=chunks, additional_kwargs=extra,
+                response_metadata=self._fresh_logprobs()))
+        metadata = {**self.metadata(), **self._fresh_logprobs()}
         message = AIMessageChunk(content=piece.content, tool_call_chunks=chunks,
-                                 usage_metadata=self.usage(), response_metadata=self.metadata(),
+                                 usage_metadata=self.usage(), response_metadata=metadata,
                                  chunk_position="last", additional_kwargs=extra)
         return ChatGenerationChunk(message=message,
                                    generation_info={"finish_reason": self.finish_reason})
@@ -77,9 +84,20 @@ class Progress(ChatProgress):
         """The whole answer (after the last delta)."""
         calls: Any = self.tool_calls
         invalid: Any = self.invalid_tool_calls
+        metadata = self.metadata()
+        if self.call.params.logprobs is not None:
+            metadata["logprobs"] = {"content": self.logprobs}
         return AIMessage(content=self.content, tool_calls=calls, invalid_tool_calls=invalid,
-                         usage_metadata=self.usage(), response_metadata=self.metadata(),
+                         usage_metadata=self.usage(), response_metadata=metadata,
                          additional_kwargs=_reasoning(self.reasoning_content))
+
+    def _fresh_logprobs(self) -> dict[str, Any]:
+        """``{"logprobs": {"content": [...]}}`` with the entries no chunk carried yet
+        (LangChain's chunk merge concatenates them), or nothing without logprobs."""
+        if self.call.params.logprobs is None:
+            return {}
+        fresh, self._sent = self.logprobs[self._sent:], len(self.logprobs)
+        return {"logprobs": {"content": fresh}} if fresh else {}
 
     def usage(self) -> UsageMetadata:
         return UsageMetadata(input_tokens=self.num_prompt_tokens,
@@ -94,6 +112,15 @@ class Progress(ChatProgress):
                     "prompt_tokens": self.num_prompt_tokens,
                     "completion_tokens": self.num_output_tokens,
                     "total_tokens": self.num_prompt_tokens + self.num_output_tokens}}
+
+
+def _num_logprobs(logprobs: bool | None, top: int | None) -> int | None:
+    """``SamplingParams.logprobs`` for ChatOpenAI's ``logprobs`` / ``top_logprobs``."""
+    if not logprobs:
+        if top:
+            raise ValueError("top_logprobs needs logprobs=True (as in ChatOpenAI)")
+        return None
+    return top or 0
 
 
 def _reasoning(text: str) -> dict[str, Any]:
