@@ -185,8 +185,11 @@ class _Worker:
         self.call_id, self.failure = msg.call_id, None
         if self.tool.isolation == "process":
             begin_call(self.tool.sandbox)
-        call = self.session.start()
-        self.call = LazyInvocation(call) if msg.lazy else call
+        started: list[Invocation] = []
+        # NOTE: a session whose start() raises fails this call, never the worker loop
+        self.failure = self._run(lambda: started.append(self.session.start()))
+        if self.failure is None:
+            self.call = LazyInvocation(started[0]) if msg.lazy else started[0]
 
     def feed(self, msg: FeedMsg) -> Fed:
         started = time.monotonic()
@@ -201,7 +204,7 @@ class _Worker:
     def finish(self, msg: FinishMsg) -> Finished:
         started = time.monotonic()
         call, self.call = self.call, None
-        if msg.call_id != self.call_id or call is None:
+        if msg.call_id != self.call_id or (call is None and self.failure is None):
             return Finished(msg.call_id, "the call was aborted", True, started, started)
         result: list[str] = []
         error = self.failure or self._run(lambda: result.append(call.finish()))

@@ -481,3 +481,36 @@ def test_an_observation_longer_than_the_context_is_cut_to_fit(tiny_engine):
     used = context_len + len(first.output.token_ids) + len(first.appended_ids)
     assert used + params.max_tokens <= tiny_engine.max_model_len
     assert len(last.output.token_ids) >= 1  # the model answered after it
+
+
+@dataclass(frozen=True)
+class StartFailsOnce(LifecycleTool):
+    """A session whose first ``start()`` raises (a connection the call needs is down)."""
+
+    name: ClassVar[str] = "start_fails_once"
+
+    def open_session(self, workdir: Path) -> ToolSession:
+        self.events.append("open")
+        return _StartFailsOnceSession(self)
+
+
+class _StartFailsOnceSession(_LifecycleSession):
+    def start(self) -> Invocation:
+        if "failed" not in self.tool.events:
+            self.tool.events.append("failed")
+            raise ConnectionError("the database is down")
+        return super().start()
+
+
+def test_a_session_whose_start_raises_fails_that_call_not_the_worker():
+    """The error is the call's observation; the worker and its session serve the next
+    call, and the session still closes once."""
+    tool = StartFailsOnce()
+    with ToolRuntime([tool]) as runtime:
+        failed = runtime.run("start_fails_once", {"x": "a"}, session="s")
+        assert failed.is_error and "the database is down" in failed.text
+        again = runtime.run("start_fails_once", {"x": "b"}, session="s")
+        assert (again.text, again.is_error) == ("ok", False)
+        runtime.close_session("s")
+        _wait_for(lambda: "close" in tool.events)
+    assert tool.events == ["open", "failed", "start", "value:b", "close"]
