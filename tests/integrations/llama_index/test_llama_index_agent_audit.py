@@ -207,6 +207,22 @@ def test_no_kv_is_held_after_a_run_ends(engine, ending):
     assert held(engine) == (0, [])
 
 
+def test_a_run_awaited_after_its_block_is_an_error_not_held_kv(engine, tool_llm):
+    """The run's calls come after the block freed its sessions: each would hold its KV in
+    a session no one closes (21 blocks and a paused request, for good, before)."""
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(add)], llm=tool_llm,
+                          initial_tool_choice="add")
+
+    async def run():
+        with agent_session(agent):
+            handler = agent.run(user_msg="What is 2 plus 3?", max_iterations=3)
+        with pytest.raises(Exception, match="agent_session block has ended"):
+            await handler
+
+    asyncio.run(run())
+    assert held(engine) == (0, [])
+
+
 # --- tools: errors as LlamaIndex gives them; two agents at once -------------------------------
 def test_a_failing_tool_is_an_error_result_the_agent_sees(tool_llm, runtime):
     tools = [FunctionTool.from_defaults(divide), to_llama_index("calculator", runtime)]

@@ -9,7 +9,8 @@ the next instruction; ``scope.stats`` names the backend and counts what it prefi
 scope is a context variable: ``agent.run()`` started inside the block runs its workflow in an
 asyncio task created there, which inherits it, and so do the step tasks that task creates.
 So the whole run — starting it, reading its events, awaiting its result — belongs inside the
-block, which frees the run's KV at its end::
+block, which frees the run's KV at its end (a call of the run after the block — the handler
+awaited outside it — is a ``RuntimeError``: its KV would be held with no one to free it)::
 
     with agent_session(agent) as scope:
         handler = agent.run(user_msg="...")
@@ -43,7 +44,7 @@ from llama_index.llms.agentrt.react import react_grammar, react_steps
 
 from agentrt.chat import render_prompt
 from agentrt.chat.formats import Reasoning, detect_reasoning
-from agentrt.session import SessionScope, agent_run
+from agentrt.session import Session, SessionScope, agent_run
 
 __all__ = ["MIN_SHARED_TOKENS", "agent_session"]
 
@@ -58,10 +59,28 @@ def agent_session(agent: Any = None) -> Iterator[SessionScope]:
     ``agent`` (optional: a ``ReActAgent`` or an ``AgentWorkflow``) lets the scope constrain
     its ReAct agents' steps to their tools. ``scope.grammar`` is a lone ReAct agent's."""
     grammars = _react_grammars(agent)
-    scope = SessionScope(min_shared_tokens=MIN_SHARED_TOKENS, seam_slack=sys.maxsize)
+    scope = _AgentScope(min_shared_tokens=MIN_SHARED_TOKENS, seam_slack=sys.maxsize)
     scope.grammar = next(iter(grammars.values())) if len(grammars) == 1 else None
     with react_steps(grammars), agent_run(scope):
         yield scope
+
+
+class _AgentScope(SessionScope):
+    """The scope of an :func:`agent_session`: closed with its block, it opens no session."""
+
+    is_closed = False
+
+    def session_for(self, backend: Any, prompt_ids: list[int]) -> Session:
+        if self.is_closed:
+            raise RuntimeError(
+                "this agent run's agent_session block has ended: its KV is freed, and a call "
+                "now would hold KV no one frees. Start, stream and await the run inside the "
+                "block: with agent_session(agent): handler = agent.run(...); await handler")
+        return super().session_for(backend, prompt_ids)
+
+    def close(self) -> None:
+        self.is_closed = True  # NOTE: first, so no call of the run opens a session past it
+        super().close()
 
 
 def _react_grammars(agent: Any) -> dict[str, str]:
