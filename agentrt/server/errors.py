@@ -28,7 +28,8 @@ __all__ = ["APIError", "check_context", "error_response", "install_error_handler
 T = TypeVar("T")
 
 _TYPES = {400: "invalid_request_error", 404: "invalid_request_error",
-          405: "invalid_request_error", 500: "server_error", 503: "server_error"}
+          405: "invalid_request_error", 500: "server_error", 502: "server_error",
+          503: "server_error"}
 
 
 class APIError(Exception):
@@ -118,8 +119,23 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, int], None
 
 
 def internal_error(exc: BaseException) -> APIError:
-    """A 500 for a failure of the server itself (logged by the ASGI server too)."""
-    return APIError(500, f"internal error: {type(exc).__name__}: {exc}")
+    """``exc`` as the client's answer: a backend's failure as the backend's (see
+    :func:`_from_backend`), anything else a 500 for a failure of the server itself (logged by
+    the ASGI server too)."""
+    return _from_backend(exc) or APIError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _from_backend(exc: BaseException) -> APIError | None:
+    """A front server's backend that failed (an ``SGLangError``): one that did not answer, or
+    answered 5xx, is a 502 naming it; its own 4xx (a request it refused) keeps that status
+    and message. None for any other exception."""
+    from agentrt.backends.sglang_protocol import SGLangError
+
+    if not isinstance(exc, SGLangError):
+        return None
+    if 400 <= exc.status_code < 500:
+        return APIError(exc.status_code, exc.message)
+    return APIError(502, f"the backend failed: {exc}", code="backend_unavailable")
 
 
 def _from_http(request: Request, exc: HTTPException) -> APIError:

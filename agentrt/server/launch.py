@@ -61,11 +61,12 @@ def _target(model: str | None, backend: str, backend_url: str | None,
     import httpx
 
     from agentrt.backends import get_backend
+    from agentrt.backends.sglang_protocol import SGLangError
 
     target = get_backend(backend, url=backend_url, model=model)
     try:
         target.model_info  # noqa: B018 - fail now, not at the first request
-    except (httpx.HTTPError, OSError) as exc:
+    except (httpx.HTTPError, OSError, SGLangError) as exc:  # refused, down, or a 401
         target.close()
         raise ConnectionError(f"the {backend} backend at {backend_url} did not answer "
                               f"/model_info: {exc}") from exc
