@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 from fastapi import APIRouter, FastAPI, Request
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from agentrt import __version__
 from agentrt.server import chat, completions, native, worker
@@ -70,9 +71,27 @@ def _count(state: ServerState, request: Request, status: int) -> None:
 
 
 @router.get("/health")
-async def health(state: State) -> dict[str, str]:
-    """200 once the model is loaded and the server accepts requests."""
-    return {"status": "ok", "model": state.model_name}
+async def health(state: State) -> Response:
+    """200 once the model is loaded and the server accepts requests. A front server is
+    healthy only while its backend's ``/health`` answers 200 (else 503, so that
+    sglang-router stops routing to it)."""
+    if state.engine is None and state.backend_url and not await _backend_healthy(state):
+        return JSONResponse({"status": "backend unavailable", "model": state.model_name,
+                             "backend_url": state.backend_url}, status_code=503)
+    return JSONResponse({"status": "ok", "model": state.model_name})
+
+
+async def _backend_healthy(state: ServerState) -> bool:
+    try:
+        async with httpx.AsyncClient(base_url=state.backend_url or "",
+                                     timeout=_HEALTH_PROBE_S) as client:
+            return (await client.get("/health")).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+_HEALTH_PROBE_S = 5.0
+"""Seconds a front server's ``/health`` waits for its backend's."""
 
 
 @router.get("/v1/models")

@@ -24,3 +24,24 @@ def test_a_request_the_backend_refused_keeps_its_status_and_message():
 def test_anything_else_is_the_servers_own_500():
     error = internal_error(RuntimeError("boom"))
     assert error.status_code == 500 and "RuntimeError: boom" in error.message
+
+
+async def test_a_front_servers_health_follows_its_backend(sglang_server):
+    """sglang-router polls ``/health``: a front whose backend is down must say 503."""
+    import httpx
+
+    from agentrt.backends import get_backend
+    from agentrt.server.app import create_app
+
+    backend = get_backend("sglang", url=sglang_server.url)
+    try:
+        app = create_app(backend, backend_url=sglang_server.url)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://front") as client:
+            assert (await client.get("/health")).status_code == 200
+            app.state.agentrt.backend_url = "http://127.0.0.1:9"  # the backend went away
+            answer = await client.get("/health")
+            assert answer.status_code == 503
+            assert answer.json()["status"] == "backend unavailable"
+    finally:
+        backend.close()
