@@ -240,12 +240,20 @@ class SessionScope:
         self.grammar: str | None = None
         """A GBNF grammar the run's model calls follow unless a call binds its own tools or
         format (set by an executor that knows the agent's output format, e.g. ReAct)."""
+        self.is_closed = False
+        """The run has ended (:meth:`close`): its KV is freed and no session opens."""
         self._lock = threading.Lock()
+
+    closed_message = ("this agent run has ended: its KV is freed, and a call in it now would "
+                      "hold KV no one frees; make the run's calls before it ends")
+    """What a call made after :meth:`close` raises (a front end says how to use it)."""
 
     def session_for(self, backend: Any, prompt_ids: list[int]) -> Session:
         """The session a call of ``prompt_ids`` on ``backend`` (or an engine) continues,
-        reserved for it until the call ends."""
+        reserved for it until the call ends; a ``RuntimeError`` once the scope is closed."""
         backend = as_backend(backend)
+        if self.is_closed:
+            raise RuntimeError(self.closed_message)
         with self._lock:
             best, best_len = None, 0
             for s in self.sessions:
@@ -276,7 +284,9 @@ class SessionScope:
         return total
 
     def close(self) -> None:
-        """Free every session's KV (and withdraw what the hooks left running)."""
+        """Free every session's KV (and withdraw what the hooks left running); later calls
+        in this scope raise (:attr:`closed_message`)."""
+        self.is_closed = True  # NOTE: first, so no call of the run opens a session past it
         with self._lock:
             for s in self.sessions:
                 s.close()

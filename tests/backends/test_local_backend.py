@@ -99,3 +99,28 @@ def test_capabilities_follow_the_engines_prefix_cache():
         caps = LocalBackend(engine).capabilities
         assert caps.prefix_cache is False
         assert caps.can_pause_in_place
+
+
+async def test_a_call_after_its_agent_run_ended_is_refused_not_held(engine):
+    """A task started inside ``agent_run`` that calls the model after the block ended (its
+    context still names the scope) gets a clear error, not a session whose KV no one frees."""
+    import asyncio
+
+    from agentrt.chat import arun_deltas, prepare_chat
+    from agentrt.session import SessionScope, agent_run
+
+    go = asyncio.Event()
+
+    async def late_call() -> None:
+        await go.wait()
+        call = prepare_chat(engine, [{"role": "user", "content": "Hi"}], max_tokens=2)
+        async for _ in arun_deltas(call):
+            pass
+
+    scope = SessionScope()
+    with agent_run(scope):
+        task = asyncio.ensure_future(late_call())  # copies the context: the scope with it
+    go.set()
+    with pytest.raises(RuntimeError, match="agent run has ended"):
+        await task
+    assert scope.is_closed and not any(r.startswith("session") for r in engine.core.requests)

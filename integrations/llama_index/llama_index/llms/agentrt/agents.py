@@ -44,7 +44,7 @@ from llama_index.llms.agentrt.react import react_grammar, react_steps
 
 from agentrt.chat import render_prompt
 from agentrt.chat.formats import Reasoning, detect_reasoning
-from agentrt.session import Session, SessionScope, agent_run
+from agentrt.session import SessionScope, agent_run
 
 __all__ = ["MIN_SHARED_TOKENS", "agent_session"]
 
@@ -68,19 +68,10 @@ def agent_session(agent: Any = None) -> Iterator[SessionScope]:
 class _AgentScope(SessionScope):
     """The scope of an :func:`agent_session`: closed with its block, it opens no session."""
 
-    is_closed = False
-
-    def session_for(self, backend: Any, prompt_ids: list[int]) -> Session:
-        if self.is_closed:
-            raise RuntimeError(
-                "this agent run's agent_session block has ended: its KV is freed, and a call "
-                "now would hold KV no one frees. Start, stream and await the run inside the "
-                "block: with agent_session(agent): handler = agent.run(...); await handler")
-        return super().session_for(backend, prompt_ids)
-
-    def close(self) -> None:
-        self.is_closed = True  # NOTE: first, so no call of the run opens a session past it
-        super().close()
+    closed_message = (
+        "this agent run's agent_session block has ended: its KV is freed, and a call "
+        "now would hold KV no one frees. Start, stream and await the run inside the "
+        "block: with agent_session(agent): handler = agent.run(...); await handler")
 
 
 def _react_grammars(agent: Any) -> dict[str, str]:
