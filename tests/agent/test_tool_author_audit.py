@@ -386,6 +386,8 @@ def test_run_with_tools_closes_its_own_tool_session_when_it_ends(engine, prompt)
             run_with_tools(engine, prompt, SamplingParams(max_tokens=4), tools=runtime,
                            reply_prefix=CALL + 'hi"}}</tool_call>', max_calls=0)
             assert runtime._slots == {}  # no worker left behind by the run
+        # NOTE: the worker thread runs close() after the run hands it the close message
+        _wait_for(lambda: tool.events.count("close") == 2)
         assert tool.events.count("open") == tool.events.count("close") == 2
 
 
