@@ -148,6 +148,10 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
                                     reasoning=reasoning)
         grammar = _output_grammar(tag)
     can_call_tools = bool(tools) and choice != "none"
+    if logprobs is not None and (can_call_tools or reasoning != "none"):
+        raise ValueError("logprobs are given for plain answers: not with tools a call may "
+                         "use, nor for a model that reasons first (as OpenAI's reasoning "
+                         "models refuse them)")
     markers = marker_tokenizer(tokenizer, _kept_markers(fmt, reasoning, can_call_tools))
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             stop=(stop,) if isinstance(stop, str) else tuple(stop),

@@ -92,9 +92,6 @@ async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
             chat_template_kwargs=body.chat_template_kwargs, logprobs=logprobs,
             request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
         call = await anyio.to_thread.run_sync(prepare)
-        if logprobs is not None and (call.can_call_tools or call.reasoning != "none"):
-            raise ValueError("logprobs are served for plain answers: not with tools a call "
-                             "may use, nor for a model that reasons first")
     except ValueError as exc:
         raise APIError.bad_request(exc) from exc
     if body.output_limit is not None:

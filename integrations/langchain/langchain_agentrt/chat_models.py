@@ -84,7 +84,8 @@ class ChatAgentRT(BaseChatModel):
     logprobs: bool | None = None
     """Return each answer token's log-probability in ``response_metadata["logprobs"]``
     (``{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}``, as ``ChatOpenAI``);
-    also per call."""
+    also per call. For plain answers: with tools bound, or a model that reasons first, a
+    ``ValueError``."""
     top_logprobs: int | None = None
     """With ``logprobs``: also this many likeliest alternatives per token."""
     chat_template_kwargs: dict[str, Any] | None = None

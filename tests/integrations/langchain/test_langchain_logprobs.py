@@ -32,3 +32,19 @@ def test_top_logprobs_without_logprobs_is_an_error(engine):
 
     with pytest.raises(ValueError, match="top_logprobs needs logprobs"):
         ChatAgentRT(engine=engine, max_tokens=2, top_logprobs=2).invoke("Hi")
+
+
+def test_logprobs_with_tools_bound_are_refused(engine):
+    """As the server: logprobs are for plain answers (a call's tokens are no content)."""
+    from langchain_core.tools import tool
+
+    from langchain_agentrt import ChatAgentRT
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look q up."""
+        return q
+
+    llm = ChatAgentRT(engine=engine, max_tokens=4, logprobs=True).bind_tools([lookup])
+    with pytest.raises(ValueError, match="plain answers"):
+        llm.invoke("Hi")
