@@ -296,8 +296,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sdpa-backends", type=_sdpa_backends, default=None, metavar="LIST",
                    help="the SDPA backends every side may use (torch picks among them in "
                         f"its own order): a comma list of {', '.join(SDPA_BACKENDS)} "
-                        "(default: all). agentrt's torch attention backend and transformers' "
-                        "sdpa go through SDPA; FlashInfer does not")
+                        "(default: all). transformers' sdpa goes through SDPA (and agentrt's "
+                        "torch attention backend, which leaves cuDNN out on CUDA); FlashInfer "
+                        "does not. 'flash,efficient,math' is transformers without cuDNN, which "
+                        "plans every new decode length anew (the README's GPU section)")
     for peer in ("hf", "vllm", "sglang", "agent"):
         p.add_argument(f"--skip-{peer}", action="store_true", help=f"skip {peer}")
     return p.parse_args(argv)

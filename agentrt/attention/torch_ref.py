@@ -5,10 +5,15 @@ when FlashInfer is not installed. ``plan`` turns the page lists into slot indice
 (on the host; on CUDA the results are copied to the device once): decode rows (one query token)
 are grouped into one padded, masked batch; each prefill chunk attends on its own with a
 bottom-right causal mask.
+
+On CUDA, SDPA runs without its cuDNN backend (``sdpa_context``): cuDNN builds an execution plan
+for every new KV length, and decode brings a new length every step.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -17,7 +22,44 @@ import torch.nn.functional as F
 
 from agentrt.attention.base import AttentionBackend, AttentionMetadata
 
-__all__ = ["TorchRefBackend", "ref_paged_attention"]
+__all__ = ["TorchRefBackend", "ref_paged_attention", "sdpa_context"]
+
+
+class _CudnnSdpOff(contextlib.AbstractContextManager):
+    """cuDNN's SDPA switched off while any thread is inside (counted), then put back as it was.
+
+    torch 2.11 tries cuDNN first on Hopper, and cuDNN builds an execution plan for every new
+    shape: on an H200 (cuDNN 9.19) one decode-shaped call took 48 ms while the KV length grew
+    by a token a call, 46 us with flash; this backend's batch-1 decode took 14.6 ms a layer,
+    0.24 ms without cuDNN (a one-off probe, 2026-11-27). torch's SDPA switches are one set per
+    process, not per thread, so this touches the cuDNN switch alone, and only the first
+    thread in and the last one out do: the other switches stay as the caller set them.
+    """
+
+    _lock = threading.Lock()
+    _inside = 0
+    _saved = True
+
+    def __enter__(self) -> None:
+        cls = type(self)
+        with cls._lock:
+            if cls._inside == 0:
+                cls._saved = torch.backends.cuda.cudnn_sdp_enabled()
+                torch.backends.cuda.enable_cudnn_sdp(False)
+            cls._inside += 1
+
+    def __exit__(self, *exc: object) -> None:
+        cls = type(self)
+        with cls._lock:
+            cls._inside -= 1
+            if cls._inside == 0:
+                torch.backends.cuda.enable_cudnn_sdp(cls._saved)
+
+
+def sdpa_context(device: torch.device) -> contextlib.AbstractContextManager:
+    """Where this module's SDPA calls run: cuDNN's backend off on CUDA (``_CudnnSdpOff``),
+    torch's own choice elsewhere."""
+    return _CudnnSdpOff() if device.type == "cuda" else contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -67,10 +109,11 @@ class TorchRefBackend(AttentionBackend):
         k_slots.index_copy_(0, self._slot_mapping, k)
         v_slots.index_copy_(0, self._slot_mapping, v)
         out = torch.empty_like(q)
-        if self._decode is not None:
-            self._attend_decode(q, k_slots, v_slots, out)
-        for seq in self._prefill:
-            out[seq.start : seq.end] = self._attend_prefill(q, k_slots, v_slots, seq)
+        with sdpa_context(q.device):
+            if self._decode is not None:
+                self._attend_decode(q, k_slots, v_slots, out)
+            for seq in self._prefill:
+                out[seq.start : seq.end] = self._attend_prefill(q, k_slots, v_slots, seq)
         return out
 
     def _attend_decode(self, q, k_slots, v_slots, out) -> None:
