@@ -288,6 +288,8 @@ class LLMEngine:
             self._release(req, req.finish_reason)
 
     def has_unfinished(self) -> bool:
+        """Whether a request is waiting or running, so ``step`` has work (a request paused
+        for a tool is not counted until it is resumed); vLLM's ``has_unfinished_requests``."""
         return self.scheduler.has_work()
 
     # --- the loop --------------------------------------------------------------------------
