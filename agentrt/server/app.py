@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import httpx
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import JSONResponse, Response
 
@@ -24,6 +24,7 @@ from agentrt.server.auth import APIKeyMiddleware
 from agentrt.server.errors import install_error_handlers
 from agentrt.server.native_sessions import NativeState
 from agentrt.server.protocol import ModelCard, ModelList
+from agentrt.server.request_ids import RequestIdMiddleware
 from agentrt.server.state import ServerState, State
 
 if TYPE_CHECKING:
@@ -54,19 +55,20 @@ def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
                   description=f"OpenAI-compatible API on {where}.")
     app.state.agentrt = state
     app.state.native = NativeState(state.backend)
-    install_error_handlers(app, lambda request, status: _count(state, request, status))
+    install_error_handlers(app, lambda request, status: _count(state, request.url.path, status))
     app.include_router(chat.router)
     app.include_router(completions.router)
     app.include_router(native.router)
     app.include_router(worker.router)
     app.include_router(router)
     if api_key is not None:
-        app.add_middleware(APIKeyMiddleware, api_key=api_key)
+        app.add_middleware(APIKeyMiddleware, api_key=api_key,
+                           on_refused=lambda path: _count(state, path, 401))
+    app.add_middleware(RequestIdMiddleware)  # NOTE: added last, so outermost: 401s carry it
     return app
 
 
-def _count(state: ServerState, request: Request, status: int) -> None:
-    path = request.url.path
+def _count(state: ServerState, path: str, status: int) -> None:
     state.metrics.count(path if path in _COUNTED else "other", status)
 
 

@@ -234,6 +234,50 @@ def test_the_right_api_key_is_served(keyed_app):
     assert answer.usage.completion_tokens == 2
 
 
+def _requests_total(http, endpoint: str, status: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for s in family.samples:
+            if s.name == "agentrt_requests_total" and \
+                    s.labels == {"endpoint": endpoint, "status": status}:
+                return s.value
+    return 0.0
+
+
+def test_requests_refused_for_the_key_are_counted_in_metrics(keyed_app):
+    """A client with a wrong key (or a scanner) shows in ``/metrics`` as a 401 of the route it
+    asked for; before, the middleware answered it without counting it anywhere."""
+    chat, native = "/v1/chat/completions", "/generate"
+    before = {p: _requests_total(keyed_app, p, "401") for p in (chat, native, "other")}
+    with pytest.raises(openai.AuthenticationError):
+        _keyed_client(keyed_app, "sk-wrong").chat.completions.create(
+            model=MODEL, messages=QUESTION, max_tokens=2)
+    assert keyed_app.post(native, json={"text": "Hi"}).status_code == 401
+    assert keyed_app.post("/flush_cache").status_code == 401
+    assert _requests_total(keyed_app, chat, "401") == before[chat] + 1
+    assert _requests_total(keyed_app, native, "401") == before[native] + 1
+    assert _requests_total(keyed_app, "other", "401") == before["other"] + 1
+
+
+# --- request ids, as vLLM's X-Request-Id ------------------------------------------------------
+def test_an_incoming_request_id_is_echoed_and_one_is_set_when_absent(client, keyed_app):
+    """vLLM answers with the client's ``X-Request-Id`` (or one of its own), so a client can
+    match its request to the server's log; the answer's ``id`` stays OpenAI's."""
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=QUESTION, max_tokens=2, extra_headers={"X-Request-Id": "job-17"})
+    assert raw.headers["x-request-id"] == "job-17"
+    assert raw.parse().id.startswith("chatcmpl-")
+    with client.chat.completions.with_streaming_response.create(
+            model=MODEL, messages=QUESTION, max_tokens=2, stream=True,
+            extra_headers={"X-Request-Id": "job-18"}) as streamed:
+        assert streamed.headers["x-request-id"] == "job-18"
+    made = {client.models.with_raw_response.list().headers["x-request-id"] for _ in range(2)}
+    assert len(made) == 2 and all(made)
+    refused = keyed_app.get("/v1/models", headers={"X-Request-Id": "job-19"})
+    assert refused.status_code == 401 and refused.headers["x-request-id"] == "job-19"
+
+
 def test_an_empty_api_key_is_refused(engine):
     from agentrt.server import create_app
 
