@@ -14,6 +14,12 @@ worker and of all its threads, for good:
   the kernel itself: ``ptrace``, ``process_vm_readv`` / ``writev``, ``bpf``,
   ``perf_event_open``, ``userfaultfd``, ``keyctl`` / ``add_key`` / ``request_key``, module and
   ``kexec`` loading: ``EPERM``;
+- what one process of a user may do to another of the same user with no capability and no
+  ptrace check (so neither Landlock nor the namespaces stop it): ``setpriority``,
+  ``sched_setaffinity``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``,
+  ``ioprio_set`` and ``prlimit64`` are allowed only on the worker itself (pid 0; for
+  ``setpriority`` and ``ioprio_set``, ``PRIO_PROCESS`` / ``IOPRIO_WHO_PROCESS`` too), else
+  ``EPERM`` -- model code could otherwise idle, pin or renice the engine;
 - ``clone``: allowed only with ``CLONE_THREAD`` (a new thread of this process), else ``EPERM``;
 - ``clone3``: ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; the C library
   then falls back to ``clone``, which the rule above checks);
@@ -39,6 +45,7 @@ _CLONE_THREAD = 0x00010000
 
 # classic BPF opcodes
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 # offsets in struct seccomp_data
@@ -48,9 +55,22 @@ _X32_BIT = 0x40000000
 
 class _Abi:
     def __init__(self, arch: int, seccomp: int, clone: int, clone3: int,
-                 denied: tuple[int, ...], x32: bool) -> None:
+                 denied: tuple[int, ...], self_only: dict[int, tuple[tuple[int, int], ...]],
+                 x32: bool) -> None:
         self.arch, self.seccomp, self.clone, self.clone3 = arch, seccomp, clone, clone3
-        self.denied, self.x32 = denied, x32
+        #: system call -> the (argument index, value) pairs that make it act on this process
+        self.denied, self.self_only, self.x32 = denied, self_only, x32
+
+
+def _self_only(setpriority: int, sched_setparam: int, sched_setscheduler: int,
+               sched_setaffinity: int, ioprio_set: int, prlimit64: int,
+               sched_setattr: int) -> dict[int, tuple[tuple[int, int], ...]]:
+    pid_zero = ((0, 0),)
+    return {
+        setpriority: ((0, _PRIO_PROCESS), (1, 0)), ioprio_set: ((0, _IOPRIO_WHO_PROCESS), (1, 0)),
+        sched_setparam: pid_zero, sched_setscheduler: pid_zero, sched_setaffinity: pid_zero,
+        prlimit64: pid_zero, sched_setattr: pid_zero,
+    }
 
 
 # the new mount API, the same number on every architecture: open_tree, move_mount, fsopen,
@@ -64,7 +84,10 @@ _ABIS = {
     # process_vm_writev=311, finit_module=313, kexec_file_load=320, bpf=321, userfaultfd=323
     "x86_64": _Abi(0xC000003E, 317, 56, 435, (
         57, 58, 59, 322, 101, 155, 161, 165, 166, 175, 176, 248, 249, 250, 246, 272, 298, 308,
-        310, 311, 313, 320, 321, 323, *_MOUNT_API), True),
+        310, 311, 313, 320, 321, 323, *_MOUNT_API),
+        # setpriority=141, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
+        # ioprio_set=251, prlimit64=302, sched_setattr=314
+        _self_only(141, 142, 144, 203, 251, 302, 314), True),
     # AUDIT_ARCH_AARCH64; seccomp=277; clone=220, clone3=435; execve=221, execveat=281;
     # umount2=39, mount=40, pivot_root=41, chroot=51, unshare=97, kexec_load=104,
     # init_module=105, delete_module=106, ptrace=117, add_key=217, request_key=218,
@@ -72,7 +95,10 @@ _ABIS = {
     # process_vm_writev=271, finit_module=273, bpf=280, userfaultfd=282, kexec_file_load=294
     "aarch64": _Abi(0xC00000B7, 277, 220, 435, (
         221, 281, 39, 40, 41, 51, 97, 104, 105, 106, 117, 217, 218, 219, 241, 268, 270, 271,
-        273, 280, 282, 294, *_MOUNT_API), False),
+        273, 280, 282, 294, *_MOUNT_API),
+        # setpriority=140, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
+        # ioprio_set=30, prlimit64=261, sched_setattr=274
+        _self_only(140, 118, 119, 122, 30, 261, 274), False),
 }
 
 
@@ -94,6 +120,8 @@ def _program(abi: _Abi) -> list[tuple[int, int, int, int]]:
         prog += [(_JGE_K, 0, 1, _X32_BIT), (_RET_K, 0, 0, eperm)]
     for nr in abi.denied:
         prog += [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, eperm)]
+    for nr, checks in abi.self_only.items():
+        prog += _only_if(nr, checks, eperm)
     prog += [(_JEQ_K, 0, 1, abi.clone3), (_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
     prog += [
         (_JEQ_K, 0, 4, abi.clone),
@@ -104,6 +132,17 @@ def _program(abi: _Abi) -> list[tuple[int, int, int, int]]:
         (_RET_K, 0, 0, _RET_ALLOW),
     ]
     return prog
+
+
+def _only_if(nr: int, checks: tuple[tuple[int, int], ...], refusal: int) -> list:
+    """System call ``nr`` allowed only where each (argument, value) of ``checks`` holds (the
+    low 32 bits: the kernel reads these arguments as ``int``), else ``refusal``; other calls
+    skip the block with the call number still loaded."""
+    block = [(_JEQ_K, 0, 2 * len(checks) + 2, nr)]
+    for i, (arg, value) in enumerate(checks):
+        remaining = 2 * (len(checks) - 1 - i)
+        block += [(_LD_W_ABS, 0, 0, _ARG0_LOW + 8 * arg), (_JEQ_K, 0, remaining + 1, value)]
+    return block + [(_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, refusal)]
 
 
 class _SockFprog(ctypes.Structure):

@@ -1,0 +1,70 @@
+"""Model-written code against the caller, past what the other sandbox tests cover: each test is
+the attack a prompt-injected model would write into a tool call, driven through the real
+ToolRuntime (or, where an attack needs native code past the audit hook, against the kernel layer
+alone in a forked child)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from agentrt.agent import SandboxConfig, ToolRuntime, seccomp
+from agentrt_tools.python_repl import PythonReplTool
+
+LIMITS = SandboxConfig(max_cpu_s=5, max_wall_s=20, max_memory_mb=512)
+needs_seccomp = pytest.mark.skipif(not seccomp.is_supported(),
+                                   reason="no seccomp filter for this machine")
+
+
+@pytest.fixture()
+def runtime():
+    with ToolRuntime([PythonReplTool(sandbox=LIMITS)]) as rt:
+        yield rt
+
+
+@pytest.fixture()
+def neighbour():
+    """A process of the caller's (same user, own process group): what the engine would be."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def run(runtime, code):
+    return runtime.run("python_repl", {"code": textwrap.dedent(code)})
+
+
+def scheduling(pid: int) -> tuple:
+    return (os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid),
+            sorted(os.sched_getaffinity(pid)))
+
+
+@needs_seccomp
+def test_model_code_cannot_slow_down_the_callers_processes(runtime, neighbour):
+    """Same-user processes may renice, pin or idle each other; no LSM layer stops that, so
+    model code could starve the engine (SCHED_IDLE, one CPU, nice 19)."""
+    before = scheduling(neighbour)
+    obs = run(runtime, f"""
+        import os
+        for attack in (lambda: os.setpriority(os.PRIO_PROCESS, {neighbour}, 19),
+                       lambda: os.setpriority(os.PRIO_PGRP, {neighbour}, 19),
+                       lambda: os.sched_setaffinity({neighbour}, {{0}}),
+                       lambda: os.sched_setscheduler({neighbour}, os.SCHED_IDLE,
+                                                     os.sched_param(0)),
+                       lambda: os.sched_setparam({neighbour}, os.sched_param(0))):
+            try:
+                attack()
+                print("DONE")
+            except PermissionError as exc:
+                print("refused", exc.errno)
+        os.nice(1)  # its own priority, affinity and limits stay its own to lower
+        os.sched_setaffinity(0, os.sched_getaffinity(0))
+        print("self ok")
+    """)
+    assert scheduling(neighbour) == before
+    assert "DONE" not in obs.text and obs.text.count("refused 1") == 5, obs.text
+    assert obs.text.endswith("self ok\n")
