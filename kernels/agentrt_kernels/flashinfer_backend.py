@@ -22,6 +22,7 @@ warning to the ``ref_*`` torch twins, which read exactly the same arguments;
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass
 from types import ModuleType
@@ -45,6 +46,8 @@ from agentrt_kernels.paged import (
 
 __all__ = ["DecodeGraphBuffers", "FlashInferBackend", "FlashInferCascadeBackend",
            "load_flashinfer"]
+
+_log = logging.getLogger(__name__)
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 """Float workspace for split-KV partial results (FlashInfer's recommended 128 MB)."""
@@ -193,6 +196,9 @@ class _FlashInferKernels:
     """The real wrappers; one float workspace shared by all of them."""
 
     def __init__(self, fi: ModuleType, device: torch.device, workspace_bytes: int) -> None:
+        _log.info("FlashInfer %s on %s: its kernels compile on first use for each dtype and "
+                  "head size (about 1.5 min each on an H200), then load from FlashInfer's "
+                  "cache", getattr(fi, "__version__", "?"), device)
         self.fi = fi
         workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
         self.prefill = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, KV_LAYOUT)
