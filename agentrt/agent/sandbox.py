@@ -7,8 +7,9 @@ index) and before any model-written input runs. Layers, strongest first (see doc
    (:func:`mount_workdir`, when permitted: before the tool's session opens), a private network
    namespace (``unshare(CLONE_NEWNET)``, when permitted), Landlock (file access limited to the
    Python installation, ``sys.path`` and the working folder; no ``execve``; no TCP; no signals
-   out of the sandbox; no mount changes), when the kernel has it, and a seccomp filter that
-   refuses every new process (:mod:`agentrt.agent.seccomp`);
+   out of the sandbox; no mount changes), when the kernel has it, a seccomp filter that
+   refuses every new process (:mod:`agentrt.agent.seccomp`), and no capability left (a worker
+   started as root could otherwise set the host's name or clock);
 2. resource limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` (per call), ``RLIMIT_FSIZE``,
    ``RLIMIT_CORE`` = 0, ``RLIMIT_NPROC`` = 0 (ignored for root);
 3. a ``sys.addaudithook`` hook that turns file access outside the folder, sockets, process
@@ -60,6 +61,8 @@ _CLONE_NEWNET = 0x40000000
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 #: files and folders the working folder's tmpfs holds per MiB of its size (inodes cost memory)
 _INODES_PER_MB = 64
 _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime", "/dev/null",
@@ -230,6 +233,8 @@ def apply_sandbox(
     abi = 0
     if config.use_kernel and (config.confine_files or config.deny_network):
         abi = _landlock(config, workdir, notes)
+    if config.use_kernel and not config.is_off:
+        _drop_capabilities(notes)  # NOTE: after the namespaces and mounts, which need them
     no_spawn = config.deny_spawn and config.use_kernel and _seccomp(notes)
     hook = not config.is_off
     quota: Literal["tmpfs", "audit_hook", "none"] = "none"
@@ -379,6 +384,18 @@ def _landlock(config: SandboxConfig, workdir: Path, notes: list[str]) -> int:
     if abi == 0:
         notes.append("landlock unavailable in this kernel")
     return abi
+
+
+def _drop_capabilities(notes: list[str]) -> None:
+    """Empty this process's capability sets for good (no ``execve`` is left to regain any)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+        sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (x2: 64 bits)
+        _libc_check(libc.capset(header, sets), "capset")
+    except (OSError, AttributeError) as exc:
+        notes.append(f"capabilities kept: {exc}")
 
 
 def _seccomp(notes: list[str]) -> bool:

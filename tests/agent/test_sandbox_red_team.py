@@ -68,3 +68,20 @@ def test_model_code_cannot_slow_down_the_callers_processes(runtime, neighbour):
     assert scheduling(neighbour) == before
     assert "DONE" not in obs.text and obs.text.count("refused 1") == 5, obs.text
     assert obs.text.endswith("self ok\n")
+
+
+def test_a_worker_started_as_root_has_no_capability_left(runtime):
+    """As root, model code set the host's name (the worker shares its UTS namespace), could set
+    its clock, raise its own priority or give files away; none needs a path or a new process."""
+    obs = run(runtime, """
+        import os, socket
+        for attack in (lambda: socket.sethostname(socket.gethostname()),
+                       lambda: os.nice(-1),
+                       lambda: os.chown(".", 12345, 12345)):
+            try:
+                attack()
+                print("DONE")
+            except PermissionError as exc:
+                print("refused", exc.errno)
+    """)
+    assert obs.text == "refused 1\n" * 3, obs.text
