@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["api_key", "cache_dir", "default_model", "hf_hub_cache", "no_color",
+__all__ = ["api_key", "backend_api_key", "cache_dir", "default_model", "hf_hub_cache", "no_color",
            "ollama_models_dirs"]
 
 
@@ -31,6 +31,13 @@ def api_key() -> str | None:
     """``$AGENTRT_API_KEY``: the key ``agentrt serve`` requires when ``--api-key`` is not
     given (as vLLM reads ``$VLLM_API_KEY``); unset or empty = no key."""
     return os.environ.get("AGENTRT_API_KEY") or None
+
+
+def backend_api_key() -> str | None:
+    """``$AGENTRT_BACKEND_API_KEY``: the key ``agentrt serve --backend sglang`` sends to the
+    SGLang server it fronts (that server's ``--api-key``) when ``--backend-api-key`` is not
+    given; unset or empty = none."""
+    return os.environ.get("AGENTRT_BACKEND_API_KEY") or None
 
 
 def no_color() -> bool:

@@ -147,6 +147,13 @@ class SGLangBackend(Backend):
         self.session_capacity = session_capacity
         self._sessions: dict[str, _Session] = {}
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers every call sends: ``Authorization: Bearer <api_key>`` with a key (for a
+        server started with ``--api-key``), else none. Others that call the same server (a
+        front server's health probe and load scrape) send them too."""
+        return dict(self._options["headers"])
+
     # --- capabilities --------------------------------------------------------------------
     @property
     def capabilities(self) -> BackendCapabilities:

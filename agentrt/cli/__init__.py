@@ -200,6 +200,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("agentrt: error: --backend-url goes with --backend sglang (and it needs one)",
               file=sys.stderr)
         return 2
+    if args.backend == "local" and args.backend_api_key is not None:
+        print("agentrt: error: --backend-api-key goes with --backend sglang", file=sys.stderr)
+        return 2
     _check_address(args.host, args.port)
     engine_options = {} if args.backend != "local" else dict(
         device=args.device, dtype=args.dtype, quantization=args.quantization,
@@ -209,7 +212,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
               log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,
-              api_key=args.api_key or env.api_key(), **engine_options)
+              api_key=args.api_key or env.api_key(),
+              backend_api_key=None if args.backend == "local"
+              else args.backend_api_key or env.backend_api_key(), **engine_options)
     except ConnectionError as exc:
         print(f"agentrt: error: {exc}", file=sys.stderr)
         return 1
@@ -262,7 +267,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)")
     g.add_argument("--port", type=_port, default=8000,
-                   help="port to listen on, 0-65535 (default 8000)")
+                   help="port to listen on, 0-65535 (default 8000; 0 = a free port, which "
+                        "the startup line names)")
     g.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
                    help="name(s) clients pass as `model` and /v1/models lists "
                         "(default: the model's short name, e.g. SmolLM2-135M-Instruct)")
@@ -281,6 +287,10 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="require 'Authorization: Bearer KEY' on every route but /health and "
                         "/metrics, as vLLM's and SGLang's --api-key (default: "
                         "$AGENTRT_API_KEY; unset = no key)")
+    g.add_argument("--backend-api-key", default=None, metavar="KEY",
+                   help="with --backend sglang: the key the SGLang server was started with "
+                        "(its --api-key), sent as 'Authorization: Bearer KEY' on every call "
+                        "to it (default: $AGENTRT_BACKEND_API_KEY; unset = none)")
     _add_model_group(p)
     g = p.add_argument_group("engine")
     g.add_argument("--max-batch", type=_positive_int, default=64,

@@ -85,8 +85,8 @@ async def health(state: State) -> Response:
 
 async def _backend_healthy(state: ServerState) -> bool:
     try:
-        async with httpx.AsyncClient(base_url=state.backend_url or "",
-                                     timeout=_HEALTH_PROBE_S) as client:
+        async with httpx.AsyncClient(base_url=state.backend_url or "", timeout=_HEALTH_PROBE_S,
+                                     headers=state.backend_headers) as client:
             return (await client.get("/health")).status_code == 200
     except httpx.HTTPError:
         return False

@@ -3,6 +3,8 @@ until interrupted."""
 
 from __future__ import annotations
 
+import copy
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +16,7 @@ __all__ = ["serve"]
 def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
           model_names: Sequence[str] = (), log_level: str = "info", backend: str = "local",
           backend_url: str | None = None, api_key: str | None = None,
-          **engine_options: Any) -> None:
+          backend_api_key: str | None = None, **engine_options: Any) -> None:
     """Serve ``model`` (None = the embedded default) on ``http://host:port/v1``.
 
     ``backend="local"``: ``engine_options`` are :class:`agentrt.EngineConfig` fields
@@ -24,35 +26,71 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
     calls, grammars and both APIs here; the tokens there); ``model`` then only names where
     the tokenizer is when the backend's own path is not on this machine; a backend that does
     not answer is a ``ConnectionError`` before the port opens. ``api_key``: requests must
-    send ``Authorization: Bearer <api_key>`` (None = any request is served). Blocks; the
-    engine (or the backend's connections) is closed on exit.
+    send ``Authorization: Bearer <api_key>`` (None = any request is served);
+    ``backend_api_key``: the key a fronted SGLang server was started with (its ``--api-key``),
+    sent on every call to it. ``port=0`` takes a free port, which the banner names. Blocks;
+    the engine (or the backend's connections) is closed on exit.
     """
     import uvicorn
 
     from agentrt.server.app import create_app
 
-    target = _target(model, backend, backend_url, engine_options)
+    target = _target(model, backend, backend_url, engine_options, backend_api_key)
     try:
         app = create_app(target, model_names=model_names, backend_url=backend_url,
                          api_key=api_key)
         state = app.state.agentrt
+        sock = _bind(host, port)
+        bound = sock.getsockname()[1]
         names = ", ".join(state.model_names)
         where = f"max batch {state.engine.config.max_num_seqs}" if state.engine is not None \
             else f"{backend} backend at {backend_url}"
-        print(f"agentrt serve: {names} on http://{host}:{port}/v1 ({where})", flush=True)
+        shown = f"[{host}]" if ":" in host else host
+        print(f"agentrt serve: {names} on http://{shown}:{bound}/v1 ({where})", flush=True)
         # NOTE: open streams get 5 s to finish on Ctrl-C, then they are cut (and aborted)
-        uvicorn.run(app, host=host, port=port, log_level=log_level,
-                    timeout_graceful_shutdown=5, use_colors=False if env.no_color() else None)
+        config = uvicorn.Config(app, host=host, port=bound, log_level=log_level,
+                                log_config=_log_config(), timeout_graceful_shutdown=5,
+                                use_colors=False if env.no_color() else None)
+        with sock:
+            uvicorn.Server(config).run(sockets=[sock])
     finally:
         target.close()
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: a free port), bound as uvicorn binds."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging, its access lines ending with the request's id (``X-Request-Id``)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["request_id"] = {
+        "()": "agentrt.server.request_ids.RequestIdFilter"}
+    config["handlers"]["access"].setdefault("filters", []).append("request_id")
+    access = config["formatters"]["access"]
+    access["fmt"] = access["fmt"] + " request_id=%(request_id)s"
+    return config
+
+
 def _target(model: str | None, backend: str, backend_url: str | None,
-            engine_options: dict[str, Any]) -> Any:
+            engine_options: dict[str, Any], backend_api_key: str | None = None) -> Any:
     """The local engine, or the named backend at ``backend_url`` (checked reachable)."""
     if backend == "local":
-        if backend_url is not None:
-            raise ValueError("--backend-url needs --backend sglang")
+        if backend_url is not None or backend_api_key is not None:
+            raise ValueError("--backend-url and --backend-api-key need --backend sglang")
         from agentrt import Engine
 
         return Engine(model, **engine_options)
@@ -63,7 +101,7 @@ def _target(model: str | None, backend: str, backend_url: str | None,
     from agentrt.backends import get_backend
     from agentrt.backends.sglang_protocol import SGLangError
 
-    target = get_backend(backend, url=backend_url, model=model)
+    target = get_backend(backend, url=backend_url, model=model, api_key=backend_api_key)
     try:
         target.model_info  # noqa: B018 - fail now, not at the first request
     except (httpx.HTTPError, OSError, SGLangError) as exc:  # refused, down, or a 401

@@ -70,9 +70,11 @@ class _EngineCollector:
 class _RemoteLoadCollector:
     """The gauges of :class:`_EngineCollector`, from a remote server's ``/get_load``."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0,
+                 headers: dict[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.headers = headers or {}
         self._page_size: int | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -96,16 +98,18 @@ class _RemoteLoadCollector:
                                     value=values[field])
 
     def _get(self, path: str):
-        response = httpx.get(self.url + path, timeout=self.timeout)
+        response = httpx.get(self.url + path, timeout=self.timeout, headers=self.headers)
         response.raise_for_status()
         return response.json()
 
 
 class ServerMetrics:
     """The metrics of one app, in a registry of its own: the engine's gauges when it has
-    one, else those a remote backend at ``backend_url`` reports (else none)."""
+    one, else those a remote backend at ``backend_url`` reports, asked with
+    ``backend_headers`` (its API key), else none."""
 
-    def __init__(self, engine: Engine | None, backend_url: str | None = None) -> None:
+    def __init__(self, engine: Engine | None, backend_url: str | None = None,
+                 backend_headers: dict[str, str] | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("agentrt_requests", "HTTP requests by endpoint and status.",
@@ -126,7 +130,7 @@ class ServerMetrics:
         if engine is not None:
             r.register(_EngineCollector(engine))
         elif backend_url is not None:
-            r.register(_RemoteLoadCollector(backend_url))
+            r.register(_RemoteLoadCollector(backend_url, headers=backend_headers))
 
     def count(self, endpoint: str, status: int) -> None:
         self.requests.labels(endpoint, str(status)).inc()

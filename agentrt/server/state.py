@@ -50,12 +50,14 @@ class ServerState:
     """The local engine behind ``backend`` (None when the backend is a remote server)."""
     backend_url: str | None = None
     """The remote server's URL (``--backend-url``), whose ``/get_load`` the metrics read."""
+    backend_headers: dict[str, str] = field(default_factory=dict)
+    """Headers for this server's own calls to ``backend_url`` (the backend's API key)."""
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.model_names:
             raise ValueError("a server needs at least one model name")
-        self.metrics = ServerMetrics(self.engine, self.backend_url)
+        self.metrics = ServerMetrics(self.engine, self.backend_url, self.backend_headers)
 
     @classmethod
     def of(cls, target: Engine | Backend, model_names: Sequence[str] = (), *,
@@ -63,12 +65,14 @@ class ServerState:
         """The state of a server for ``target``: an engine (served through its local
         backend) or a backend."""
         from agentrt.backends import Backend, as_backend
+        from agentrt.backends.sglang import SGLangBackend
 
         engine = None if isinstance(target, Backend) else target
         backend = as_backend(target)
         model = engine.config.model if engine is not None else backend.model_info.name
+        headers = backend.headers if isinstance(backend, SGLangBackend) else {}
         return cls(backend, list(model_names) or default_model_names(model or None),
-                   engine=engine, backend_url=backend_url)
+                   engine=engine, backend_url=backend_url, backend_headers=headers)
 
     @property
     def model_name(self) -> str:

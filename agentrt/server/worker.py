@@ -136,7 +136,8 @@ async def _forward(state: ServerState, method: str, path: str) -> httpx.Response
     if state.backend_url is None:
         state.local_engine(path)  # raises the 501
     try:
-        async with httpx.AsyncClient(base_url=state.backend_url or "", timeout=30) as client:
+        async with httpx.AsyncClient(base_url=state.backend_url or "", timeout=30,
+                                     headers=state.backend_headers) as client:
             answer = await client.request(method, path)
     except httpx.HTTPError as exc:
         raise APIError(502, f"the backend server did not answer {path}: {exc}",
