@@ -6,7 +6,9 @@ index) and before any model-written input runs. Layers, strongest first (see doc
 1. kernel: the working folder a size-limited tmpfs in a private mount namespace
    (:func:`mount_workdir`, when permitted: before the tool's session opens), a private network
    namespace (``unshare(CLONE_NEWNET)``, when permitted), Landlock (file access limited to the
-   Python installation, ``sys.path`` and the working folder; no ``execve``; no TCP; no signals
+   Python installation, the installed packages and imported modules on ``sys.path`` -- never a
+   whole folder of the caller's, such as its script folder -- and the working folder; no
+   ``execve``; no TCP; no signals
    out of the sandbox; no mount changes), when the kernel has it, a seccomp filter that
    refuses every new process (:mod:`agentrt.agent.seccomp`), and no capability left (a worker
    started as root could otherwise set the host's name or clock);
@@ -33,7 +35,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -410,9 +412,35 @@ def _seccomp(notes: list[str]) -> bool:
 
 def _read_roots(config: SandboxConfig, workdir: Path) -> tuple[str, ...]:
     roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *_SYSTEM_READ]
-    roots += [p for p in sys.path if p]
+    roots += _import_roots()
     roots += list(config.read_paths) + list(_write_roots(config, workdir))
-    return tuple(dict.fromkeys(os.path.realpath(p) for p in roots))
+    return _outermost(os.path.realpath(p) for p in roots)
+
+
+def _import_roots() -> list[str]:
+    """What imports read beyond the installation: the ``sys.path`` entries that hold installed
+    packages (``site-packages``, ``dist-packages``, archives), and the folder of each top-level
+    package (the file of each top-level module) already imported from any other entry.
+
+    An entry such as the caller's script folder (``python app.py``) or working directory
+    (``python -m``) is never readable whole: it is where an app keeps its ``.env``.
+    """
+    roots = [p for p in sys.path if os.path.isabs(p)
+             and (os.path.basename(p) in ("site-packages", "dist-packages") or os.path.isfile(p))]
+    for name, module in list(sys.modules.items()):
+        if "." not in name:
+            found = list(getattr(module, "__path__", None) or [getattr(module, "__file__", None)])
+            roots += [p for p in found if isinstance(p, str) and os.path.isabs(p)]
+    return roots
+
+
+def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` without duplicates and without those inside another one."""
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if not kept or not (path == kept[-1] or path.startswith(kept[-1].rstrip(os.sep) + os.sep)):
+            kept.append(path)
+    return tuple(kept)
 
 
 def _write_roots(config: SandboxConfig, workdir: Path) -> tuple[str, ...]:

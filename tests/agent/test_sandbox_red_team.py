@@ -85,3 +85,27 @@ def test_a_worker_started_as_root_has_no_capability_left(runtime):
                 print("refused", exc.errno)
     """)
     assert obs.text == "refused 1\n" * 3, obs.text
+
+
+def test_the_callers_script_folder_is_not_readable(tmp_path, monkeypatch):
+    """``python app.py`` puts the app's folder first on sys.path (``python -m``: the working
+    directory), the usual home of a ``.env``; the sandbox let workers read every sys.path entry
+    whole. Imported modules stay readable: the tool's own module lives in such a folder too."""
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-the-app-folder")
+    (tmp_path / "app_helpers.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import app_helpers  # noqa: F401 - imported by the app: in the template too, below
+
+    with ToolRuntime([PythonReplTool(sandbox=LIMITS, preload=("app_helpers",))]) as rt:
+        obs = rt.run("python_repl", {"code": textwrap.dedent(f"""
+            import os, app_helpers
+            print(app_helpers.VALUE, open(app_helpers.__file__).read().strip())
+            for attack in (lambda: open({str(tmp_path / '.env')!r}).read(),
+                           lambda: os.listdir({str(tmp_path)!r})):
+                try:
+                    print(attack())
+                except PermissionError:
+                    print("refused")
+        """)})
+    assert "sk-from-the-app-folder" not in obs.text and ".env" not in obs.text
+    assert obs.text == "42 VALUE = 42\nrefused\nrefused\n", obs.text
