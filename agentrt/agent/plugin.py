@@ -14,6 +14,7 @@ until ``finish`` — the baseline without partial execution.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import json
 import pickle
@@ -38,6 +39,7 @@ __all__ = [
     "ToolSession",
     "check_argument",
     "check_tool",
+    "fill_defaults",
     "split_input",
 ]
 
@@ -132,7 +134,7 @@ class ArgumentInvocation(Invocation):
         missing = [k for k in self.tool.parameters.get("required", ()) if k not in self.arguments]
         if missing:
             raise ToolCallError(f"{self.tool.name}: missing required argument(s) {missing}")
-        result = self.run(self.arguments)
+        result = self.run(fill_defaults(self.tool.parameters, self.arguments))
         if inspect.isawaitable(result):  # an ``async def run``: awaited in the worker
             result = asyncio.run(_awaited(result))
         if not isinstance(result, str):
@@ -145,12 +147,14 @@ class ArgumentInvocation(Invocation):
         """Produce the observation from all arguments (may be ``async def``).
 
         ``arguments`` are what the model wrote, each checked against the schema (types, enums,
-        nested objects and arrays) and every ``required`` one present. An optional argument the
-        model left out is absent: schema ``default`` values are not filled in (as with OpenAI
-        function calls; LangChain's pydantic schemas fill them) — use ``arguments.get(key, d)``.
-        The result must be a ``str`` (LangChain would ``str()`` anything else; here it is an
-        error observation). A coroutine is run to completion with ``asyncio.run`` in the worker,
-        under the same wall-time limit; the other hooks (``on_value``…) are synchronous.
+        nested objects and arrays) and every ``required`` one present, then completed with the
+        schema's ``default`` of every property the model left out, inside written objects too
+        (:func:`fill_defaults`; as a LangChain or LlamaIndex tool gets its Python defaults). An
+        optional property without a ``default`` that the model left out stays absent. The
+        ``on_value`` hooks see only what the model wrote. The result must be a ``str``
+        (LangChain would ``str()`` anything else; here it is an error observation). A coroutine
+        is run to completion with ``asyncio.run`` in the worker, under the same wall-time
+        limit; the other hooks (``on_value``…) are synchronous.
         """
 
 
@@ -290,6 +294,32 @@ def _check_value(spec: Mapping[str, Any], value: Any, where: str) -> None:
             _check_value(spec["items"], item, f"{where} item {i}")
 
 
+def fill_defaults(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` (already checked against the object ``schema``) with the ``default`` of
+    each property they leave out, a fresh copy each time; inside an object or array value
+    (written or a default) the same for its fields and items. A property without a
+    ``default`` stays absent; ``$ref`` and combinators are not followed. ``arguments`` is not
+    changed."""
+    return _with_defaults(schema, dict(arguments))
+
+
+def _with_defaults(spec: Mapping[str, Any], value: Any) -> Any:
+    fields = spec.get("properties")
+    if isinstance(value, dict) and isinstance(fields, Mapping):
+        value = dict(value)
+        for key, field in fields.items():
+            if not isinstance(field, Mapping):
+                continue
+            if key in value:
+                value[key] = _with_defaults(field, value[key])
+            elif "default" in field:
+                value[key] = _with_defaults(field, copy.deepcopy(field["default"]))
+        return value
+    if isinstance(value, list) and isinstance(spec.get("items"), Mapping):
+        return [_with_defaults(spec["items"], item) for item in value]
+    return value
+
+
 def _is_type(value: Any, name: str) -> bool:
     if isinstance(value, bool) and name in ("integer", "number"):
         return False
@@ -309,7 +339,9 @@ def check_tool(tool: Tool) -> None:
 
     Checks the ``name`` (1-64 letters, digits, ``_`` or ``-``, as OpenAI requires), the
     ``description`` (a string), ``parameters`` (an ``object`` schema whose ``properties`` are
-    schemas and whose ``required`` and ``main_argument`` name properties), that the class
+    schemas and whose ``required`` and ``main_argument`` name properties; every ``default``,
+    nested ones too, passes its own schema, as :func:`check_argument` checks a written value:
+    it is what ``run()`` receives for a left-out argument), that the class
     implements :meth:`Tool.start` or :meth:`Tool.open_session`, and, for a tool run in a worker
     process, that it pickles and is not defined in ``__main__`` (the worker imports the tool's
     module by name). Raises ``TypeError`` or ``ValueError`` naming the tool and the fix.
@@ -353,3 +385,22 @@ def _check_parameters(name: str, schema: Any, main_argument: str | None) -> None
                          f"{required!r} (properties: {sorted(properties)})")
     if main_argument is not None and properties and main_argument not in properties:
         raise ValueError(f"tool {name!r}: main_argument {main_argument!r} is not a property")
+    _check_defaults(name, schema, "")
+
+
+def _check_defaults(name: str, spec: Mapping[str, Any], where: str) -> None:
+    fields = spec.get("properties")
+    for key, field in (fields.items() if isinstance(fields, Mapping) else ()):
+        if not isinstance(field, Mapping):
+            continue
+        at = f"{where} field {key!r}" if where else f"argument {key!r}"
+        if "default" in field:
+            try:
+                _check_value(field, field["default"], at)
+            except ToolCallError as exc:
+                raise ValueError(f"tool {name!r}: the default of {at} fails its own schema: "
+                                 f"{exc} (it is what the tool receives when the model leaves "
+                                 "the argument out)") from None
+        _check_defaults(name, field, at)
+    if isinstance(spec.get("items"), Mapping):
+        _check_defaults(name, spec["items"], f"{where} items")

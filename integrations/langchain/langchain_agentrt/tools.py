@@ -8,9 +8,11 @@ checked as they stream, the tool runs once at ``finish``. It runs in a thread of
 default (LangChain tools often hold clients or closures that cannot be pickled; no sandbox), or in
 a worker process with ``isolation="process"`` when the tool pickles. A LangChain tool with only
 a coroutine (``StructuredTool(coroutine=...)``) runs with ``asyncio.run`` in that thread or
-worker. The schema crosses both ways as JSON schema (``$defs`` of nested models kept); unlike
-LangChain, agentrt does not fill in defaults (see ``ArgumentInvocation.run``): the LangChain tool
-does, when it validates its input.
+worker. The schema crosses both ways as JSON schema (``$defs`` of nested models kept). agentrt
+fills in the schema's defaults of left-out arguments before a tool runs (see
+``ArgumentInvocation.run``), the same values LangChain's own validation would give; a Python
+default the schema cannot hold (``limit: int = None``, which pydantic writes as an integer with
+a null default) is left out of the schema, and the LangChain tool applies it itself.
 
 Part of the LangChain integration, not of ``agentrt``: nothing in ``agentrt`` outside
 ``agentrt.server`` imports a framework (``tests/test_import_graph.py``).
@@ -24,7 +26,13 @@ from typing import Any, Literal
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field
 
-from agentrt.agent.plugin import ArgumentInvocation, Invocation, Tool, ToolCallError
+from agentrt.agent.plugin import (
+    ArgumentInvocation,
+    Invocation,
+    Tool,
+    ToolCallError,
+    check_argument,
+)
 from agentrt.agent.runtime import ToolRuntime
 from agentrt.agent.sandbox import SandboxConfig
 
@@ -147,4 +155,23 @@ def _schema(tool: BaseTool) -> dict[str, Any]:
         schema = tool.get_input_jsonschema()
     except Exception:  # some custom tools have no schema: a single string input
         schema = {"type": "object", "properties": {"input": {"type": "string"}}}
-    return {k: v for k, v in schema.items() if k in ("type", "properties", "required", "$defs")}
+    schema = {k: v for k, v in schema.items()
+              if k in ("type", "properties", "required", "$defs")}
+    if isinstance(schema.get("properties"), dict):
+        schema["properties"] = {k: _without_bad_default(schema, k)
+                                for k in schema["properties"]}
+    return schema
+
+
+def _without_bad_default(schema: dict[str, Any], key: str) -> Any:
+    """Property ``key`` without its ``default`` where the default fails the property's own
+    schema (pydantic writes ``x: int = None`` so): agentrt would refuse the tool at
+    registration, and the LangChain tool applies its Python default when the key is absent."""
+    spec = schema["properties"][key]
+    if not isinstance(spec, dict) or "default" not in spec:
+        return spec
+    try:
+        check_argument(schema, key, spec["default"])
+    except ToolCallError:
+        return {k: v for k, v in spec.items() if k != "default"}
+    return spec
