@@ -237,7 +237,7 @@ def apply_sandbox(
         abi = _landlock(config, workdir, notes)
     if config.use_kernel and not config.is_off:
         _drop_capabilities(notes)  # NOTE: after the namespaces and mounts, which need them
-    no_spawn = config.deny_spawn and config.use_kernel and _seccomp(notes)
+    no_spawn = config.deny_spawn and config.use_kernel and _seccomp(notes, config.deny_network)
     hook = not config.is_off
     quota: Literal["tmpfs", "audit_hook", "none"] = "none"
     mount = mount or WorkdirMount(False)
@@ -400,9 +400,9 @@ def _drop_capabilities(notes: list[str]) -> None:
         notes.append(f"capabilities kept: {exc}")
 
 
-def _seccomp(notes: list[str]) -> bool:
+def _seccomp(notes: list[str], deny_sockets: bool) -> bool:
     try:
-        if seccomp.deny_spawn():
+        if seccomp.deny_spawn(deny_sockets=deny_sockets):
             return True
         notes.append("no seccomp filter for this architecture")
     except OSError as exc:

@@ -13,7 +13,12 @@ worker and of all its threads, for good:
   working folder's tmpfs is mounted before the filter -- and what reaches other processes or
   the kernel itself: ``ptrace``, ``process_vm_readv`` / ``writev``, ``bpf``,
   ``perf_event_open``, ``userfaultfd``, ``keyctl`` / ``add_key`` / ``request_key``, module and
-  ``kexec`` loading: ``EPERM``;
+  ``kexec`` loading, ``io_uring_setup`` (its operations, sockets and connects among them, pass
+  no seccomp filter): ``EPERM``;
+- with ``deny_sockets`` (a worker that denies the network): ``socket`` (a path-named UNIX socket
+  of the caller's -- a local server, an SSH agent -- is outside the network namespace, and
+  connecting to it opens no file for Landlock to check) and ``socketpair`` of any type but
+  ``SOCK_STREAM`` (a datagram pair could send to such a path): ``EPERM``;
 - what one process of a user may do to another of the same user with no capability and no
   ptrace check (so neither Landlock nor the namespaces stop it): ``setpriority``,
   ``sched_setaffinity``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``,
@@ -44,7 +49,7 @@ _SECCOMP_FILTER_FLAG_TSYNC = 1
 _CLONE_THREAD = 0x00010000
 
 # classic BPF opcodes
-_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K, _AND_K = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
 _PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
@@ -56,8 +61,9 @@ _X32_BIT = 0x40000000
 class _Abi:
     def __init__(self, arch: int, seccomp: int, clone: int, clone3: int,
                  denied: tuple[int, ...], self_only: dict[int, tuple[tuple[int, int], ...]],
-                 x32: bool) -> None:
+                 sockets: tuple[int, int], x32: bool) -> None:
         self.arch, self.seccomp, self.clone, self.clone3 = arch, seccomp, clone, clone3
+        self.socket, self.socketpair = sockets
         #: system call -> the (argument index, value) pairs that make it act on this process
         self.denied, self.self_only, self.x32 = denied, self_only, x32
 
@@ -73,9 +79,10 @@ def _self_only(setpriority: int, sched_setparam: int, sched_setscheduler: int,
     }
 
 
-# the new mount API, the same number on every architecture: open_tree, move_mount, fsopen,
-# fsconfig, fsmount, fspick, mount_setattr
-_MOUNT_API = (428, 429, 430, 431, 432, 433, 442)
+# the same number on every architecture: io_uring_setup; the new mount API (open_tree,
+# move_mount, fsopen, fsconfig, fsmount, fspick, mount_setattr)
+_GENERIC_DENIED = (425, 428, 429, 430, 431, 432, 433, 442)
+_SOCK_STREAM, _SOCK_TYPE_MASK = 1, 0xF
 _ABIS = {
     # AUDIT_ARCH_X86_64; seccomp=317; clone=56, clone3=435; fork=57, vfork=58, execve=59,
     # execveat=322; ptrace=101, pivot_root=155, chroot=161, mount=165, umount2=166,
@@ -84,10 +91,10 @@ _ABIS = {
     # process_vm_writev=311, finit_module=313, kexec_file_load=320, bpf=321, userfaultfd=323
     "x86_64": _Abi(0xC000003E, 317, 56, 435, (
         57, 58, 59, 322, 101, 155, 161, 165, 166, 175, 176, 248, 249, 250, 246, 272, 298, 308,
-        310, 311, 313, 320, 321, 323, *_MOUNT_API),
+        310, 311, 313, 320, 321, 323, *_GENERIC_DENIED),
         # setpriority=141, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
         # ioprio_set=251, prlimit64=302, sched_setattr=314
-        _self_only(141, 142, 144, 203, 251, 302, 314), True),
+        _self_only(141, 142, 144, 203, 251, 302, 314), (41, 53), True),  # socket, socketpair
     # AUDIT_ARCH_AARCH64; seccomp=277; clone=220, clone3=435; execve=221, execveat=281;
     # umount2=39, mount=40, pivot_root=41, chroot=51, unshare=97, kexec_load=104,
     # init_module=105, delete_module=106, ptrace=117, add_key=217, request_key=218,
@@ -95,10 +102,10 @@ _ABIS = {
     # process_vm_writev=271, finit_module=273, bpf=280, userfaultfd=282, kexec_file_load=294
     "aarch64": _Abi(0xC00000B7, 277, 220, 435, (
         221, 281, 39, 40, 41, 51, 97, 104, 105, 106, 117, 217, 218, 219, 241, 268, 270, 271,
-        273, 280, 282, 294, *_MOUNT_API),
+        273, 280, 282, 294, *_GENERIC_DENIED),
         # setpriority=140, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
         # ioprio_set=30, prlimit64=261, sched_setattr=274
-        _self_only(140, 118, 119, 122, 30, 261, 274), False),
+        _self_only(140, 118, 119, 122, 30, 261, 274), (198, 199), False),  # socket, socketpair
 }
 
 
@@ -107,7 +114,7 @@ def is_supported() -> bool:
     return platform.machine() in _ABIS
 
 
-def _program(abi: _Abi) -> list[tuple[int, int, int, int]]:
+def _program(abi: _Abi, deny_sockets: bool = False) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions; jumps are relative to the next one."""
     eperm = _RET_ERRNO | errno.EPERM
     prog = [
@@ -122,6 +129,16 @@ def _program(abi: _Abi) -> list[tuple[int, int, int, int]]:
         prog += [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, eperm)]
     for nr, checks in abi.self_only.items():
         prog += _only_if(nr, checks, eperm)
+    if deny_sockets:
+        prog += [(_JEQ_K, 0, 1, abi.socket), (_RET_K, 0, 0, eperm)]
+        prog += [
+            (_JEQ_K, 0, 5, abi.socketpair),
+            (_LD_W_ABS, 0, 0, _ARG0_LOW + 8),  # socketpair's type (with SOCK_CLOEXEC and such)
+            (_AND_K, 0, 0, _SOCK_TYPE_MASK),
+            (_JEQ_K, 0, 1, _SOCK_STREAM),
+            (_RET_K, 0, 0, _RET_ALLOW),
+            (_RET_K, 0, 0, eperm),
+        ]
     prog += [(_JEQ_K, 0, 1, abi.clone3), (_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
     prog += [
         (_JEQ_K, 0, 4, abi.clone),
@@ -149,15 +166,17 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def deny_spawn() -> bool:
+def deny_spawn(*, deny_sockets: bool = False) -> bool:
     """Install the filter on every thread of this process, for good; False if unsupported.
+
+    ``deny_sockets``: refuse new sockets too (but connected stream pairs).
 
     Raises ``OSError`` if the kernel refuses the filter.
     """
     abi = _ABIS.get(platform.machine())
     if abi is None:
         return False
-    prog = _program(abi)
+    prog = _program(abi, deny_sockets)
     code = b"".join(struct.pack("=HBBI", *insn) for insn in prog)
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(prog), ctypes.cast(buffer, ctypes.c_void_p))

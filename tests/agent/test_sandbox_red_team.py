@@ -109,3 +109,64 @@ def test_the_callers_script_folder_is_not_readable(tmp_path, monkeypatch):
         """)})
     assert "sk-from-the-app-folder" not in obs.text and ".env" not in obs.text
     assert obs.text == "42 VALUE = 42\nrefused\nrefused\n", obs.text
+
+
+@needs_seccomp
+def test_past_the_audit_hook_no_socket_reaches_the_callers_unix_sockets(tmp_path):
+    """A path-named UNIX socket (a local server, an SSH agent, docker.sock) is outside the
+    network namespace and Landlock's file rules (connecting opens no file): native code past the
+    audit hook (not a boundary, PEP 578) reached the caller's listening socket. The kernel now
+    refuses new sockets in a worker that denies the network; a connected stream pair (asyncio's
+    self-pipe) still works."""
+    import ctypes
+    import socket
+
+    from agentrt.agent import sandbox
+
+    path = str(tmp_path / "caller.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path)
+    stream = socket.socket(socket.AF_UNIX)
+    stream.bind(path + "2")
+    stream.listen()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    pid = os.fork()
+    if pid == 0:  # the worker's layers, with the audit hook bypassed (no-op), then the attacks
+        code = 0
+        try:
+            sandbox._install_audit_hook = lambda *args: None
+            sandbox.apply_sandbox(SandboxConfig(max_workdir_mb=None), workdir)
+            attacks = [
+                lambda: socket.socket(socket.AF_UNIX).connect(path + "2"),
+                lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"x", path),
+                lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].sendto(b"x", path),
+                lambda: _raise_errno(ctypes.CDLL(None, use_errno=True).syscall(425, 1, 0)),
+            ]  # 425: io_uring_setup (its socket and connect operations pass no seccomp filter)
+            for bit, attack in enumerate(attacks):
+                try:
+                    attack()
+                    code |= 1 << bit
+                except PermissionError:
+                    pass
+            a, b = socket.socketpair()
+            a.sendall(b"ok")
+            code |= 0 if b.recv(2) == b"ok" else 1 << 6
+        except BaseException:
+            code = 255
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    server.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        server.recv(1)  # nothing arrived
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _raise_errno(result: int) -> None:
+    import ctypes
+    import errno
+
+    if result < 0 and ctypes.get_errno() == errno.EPERM:
+        raise PermissionError(errno.EPERM, "refused")
+    if result >= 0:
+        os.close(result)
