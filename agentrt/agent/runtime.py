@@ -133,15 +133,23 @@ class ToolCall:
         return len(self._kinds)
 
     def feed(self, piece: Piece) -> None:
-        """Send a completed piece to the worker; returns at once."""
+        """Send a completed piece to the worker; returns at once.
+
+        A piece too large or nested too deeply for the wire (what a model may write) rejects
+        the call; a value that is not JSON at all (a caller's bug) raises ``TypeError``.
+        """
         if self._ended or self.observation is not None or self.rejection is not None:
             return
         self._kinds.append(piece.kind)
         try:
             self._send(FeedMsg(self.call_id, len(self._kinds) - 1, piece))
-        except (TypeError, WireError):
+        except TypeError:
             self._kinds.pop()
             raise
+        except WireError as exc:
+            self._kinds.pop()
+            what = f"argument {piece.key!r}" if piece.key is not None else f"a {piece.kind}"
+            self._reject(f"{self.tool}: {what} cannot be sent to the tool: {exc}", self.num_fed)
 
     def poll(self) -> str | None:
         """Collect replies without blocking; return the rejection message if the call failed."""

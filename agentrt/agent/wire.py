@@ -46,10 +46,17 @@ class WireTimeout(WireError):
 
 def encode(msg: Any) -> bytes:
     """One frame for message ``msg`` (a dataclass with a ``tag`` class attribute):
-    ``{"type": tag, **fields}`` as JSON, length-prefixed."""
+    ``{"type": tag, **fields}`` as JSON, length-prefixed.
+
+    Raises :class:`WireError` for a message over the frame limit or nested too deeply, and
+    ``TypeError`` / ``ValueError`` for values that are not JSON.
+    """
     tag = msg.tag
     body = {"type": tag, **{f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}}
-    payload = json.dumps(body, default=_plain, allow_nan=False).encode()
+    try:
+        payload = json.dumps(body, default=_plain, allow_nan=False).encode()
+    except RecursionError:
+        raise WireError(f"a {tag!r} message is nested too deeply to encode") from None
     if len(payload) > MAX_FRAME_BYTES:
         raise WireError(f"a {tag!r} message of {len(payload)} bytes is over the frame limit")
     return _HEADER.pack(len(payload)) + payload

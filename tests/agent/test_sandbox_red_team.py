@@ -170,3 +170,33 @@ def _raise_errno(result: int) -> None:
         raise PermissionError(errno.EPERM, "refused")
     if result >= 0:
         os.close(result)
+
+
+class _NoTokens:
+    def decode(self, ids, skip_special_tokens=False):  # feed_text never decodes
+        return ""
+
+
+def test_an_argument_nested_too_deeply_for_the_wire_is_an_error_observation(runtime):
+    """A few kilobytes of ``[[[[…]]]]`` in a call's arguments parse fine but do not encode: the
+    RecursionError escaped the engine's hook (the request died with "hook raised
+    RecursionError") instead of an observation the model can act on."""
+    from agentrt.agent.tool_stream import ToolStream
+
+    deep = "[" * 5000 + "]" * 5000
+    stream = ToolStream(_NoTokens(), runtime, session="deep")
+    text = f'<tool_call>\n{{"name": "python_repl", "arguments": {{"code": {deep}}}}}\n</tool_call>'
+    stream.feed_text(text)  # a whole call in one piece of text: the call is complete
+    obs = stream.observation()
+    assert obs.is_error and "argument 'code' cannot be sent to the tool" in obs.text
+    assert "nested too deeply" in obs.text and len(obs.text) < 300
+    assert run(runtime, "print('still here')").text == "still here\n"
+
+
+def test_an_argument_over_the_frame_limit_is_an_error_observation(runtime):
+    from agentrt.agent.wire import MAX_FRAME_BYTES
+
+    obs = runtime.run("python_repl", {"code": "x" * (MAX_FRAME_BYTES + 1)})
+    assert obs.is_error and "argument 'code' cannot be sent to the tool" in obs.text
+    assert "over the frame limit" in obs.text and len(obs.text) < 300
+    assert run(runtime, "print('still here')").text == "still here\n"
