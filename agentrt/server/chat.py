@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -37,6 +38,7 @@ from fastapi import APIRouter, Request
 
 from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepare_chat
 from agentrt.core.outputs import StreamDelta
+from agentrt.server.choices import Choices, check_choices, nth_seed, stream_choices
 from agentrt.server.errors import APIError, check_context
 from agentrt.server.protocol import (
     AssistantMessage,
@@ -68,12 +70,41 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     """Answer a conversation, whole or streamed (``stream: true``)."""
     started = time.monotonic()
     model = state.resolve_model(body.model)
-    run = ChatRun(await _prepare(state, body), model, state, started,
-                  include_usage=body.include_usage)
+    check_choices(state, body.n)
+    call = await _prepare(state, body)
+    created = int(time.time())
+    runs = [ChatRun(_nth(call, i, body.n), model, state, started, index=i,
+                    response_id=call.request_id, created=created) for i in range(body.n)]
+    choices = Choices(state, runs, call.prompt_ids, call.request_id)
     counted = partial(state.metrics.count, ENDPOINT)
     if body.stream:
-        return await start_stream(run.events(), on_end=counted)
-    return await cancel_on_disconnect(request, run.complete(), on_end=counted)
+        def usage() -> Iterable[Event]:
+            if body.include_usage:
+                yield ChatCompletionChunk(id=call.request_id, created=created, model=model,
+                                          choices=[], usage=_usage(choices))
+
+        return await start_stream(stream_choices(choices, usage), on_end=counted)
+    return await cancel_on_disconnect(request, _answer(choices, created, model),
+                                      on_end=counted)
+
+
+def _nth(call: ChatCall, index: int, n: int) -> ChatCall:
+    """The chat call of choice ``index`` of ``n`` (its own engine request id and seed)."""
+    if n == 1:
+        return call
+    return replace(call, request_id=f"{call.request_id}-{index}",
+                   params=nth_seed(call.params, index))
+
+
+async def _answer(choices: Choices, created: int, model: str) -> ChatCompletion:
+    answers = await choices.complete()
+    return ChatCompletion(id=choices.request_id, created=created, model=model,
+                          choices=answers, usage=_usage(choices))
+
+
+def _usage(choices: Choices) -> Usage:
+    return Usage.of(choices.num_prompt_tokens, choices.num_output_tokens,
+                    choices.num_cached_tokens)
 
 
 async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
@@ -105,13 +136,17 @@ class ChatRun(Run):
     """One chat completion in flight: the chat call, its progress, its OpenAI answers."""
 
     def __init__(self, call: ChatCall, model: str, state: ServerState, started: float, *,
-                 include_usage: bool = False) -> None:
+                 index: int = 0, response_id: str | None = None,
+                 created: int | None = None) -> None:
         super().__init__(state, started)
         self.call = call
         self.model = model
-        self.include_usage = include_usage
+        self.index = index
+        """Which choice of the answer this is (OpenAI's ``n``)."""
+        self.response_id = response_id or call.request_id
+        """The answer's ``id`` (its choices share it; each call has its own request id)."""
         self.progress = ChatProgress(call)
-        self.created = int(time.time())
+        self.created = int(time.time()) if created is None else created
         self._piece: StreamPiece | None = None
         self._calls: dict[int, ToolCall] = {}
         """The tool calls so far: the stream's deltas merged by index."""
@@ -141,11 +176,11 @@ class ChatRun(Run):
         function.name = function.name or chunk["name"]
         function.arguments = (function.arguments or "") + (chunk["args"] or "")
 
-    def answer(self) -> ChatCompletion:
-        choice = ChatChoice(message=self.message(), finish_reason=self.finish_reason,
-                            logprobs=self._choice_logprobs(self.progress.logprobs))
-        return ChatCompletion(id=self.call.request_id, created=self.created, model=self.model,
-                              choices=[choice], usage=self.usage())
+    def answer(self) -> ChatChoice:
+        """This choice of the whole answer."""
+        return ChatChoice(index=self.index, message=self.message(),
+                          finish_reason=self.finish_reason,
+                          logprobs=self._choice_logprobs(self.progress.logprobs))
 
     def events_of(self, delta: StreamDelta) -> Iterable[Event]:
         if self._piece is None:
@@ -160,18 +195,15 @@ class ChatRun(Run):
 
     def final_events(self) -> Iterable[Event]:
         yield self.chunk(DeltaMessage(), self.finish_reason)  # with tokens not yet sent
-        if self.include_usage:
-            yield ChatCompletionChunk(id=self.call.request_id, created=self.created,
-                                      model=self.model, choices=[], usage=self.usage())
 
     def chunk(self, delta: DeltaMessage, finish_reason: str | None = None, *,
               logprobs: bool = True) -> ChatCompletionChunk:
         """One streamed chunk; with ``logprobs`` it carries the tokens not yet sent."""
         fresh = self.progress.logprobs[self._sent_logprobs:] if logprobs else []
         self._sent_logprobs += len(fresh)
-        choice = ChunkChoice(delta=delta, finish_reason=finish_reason,
+        choice = ChunkChoice(index=self.index, delta=delta, finish_reason=finish_reason,
                              logprobs=self._choice_logprobs(fresh) if fresh else None)
-        return ChatCompletionChunk(id=self.call.request_id, created=self.created,
+        return ChatCompletionChunk(id=self.response_id, created=self.created,
                                    model=self.model, choices=[choice])
 
     def message(self) -> AssistantMessage:
@@ -190,9 +222,13 @@ class ChatRun(Run):
             return None
         return ChoiceLogprobs(content=[TokenLogprob.model_validate(t) for t in tokens])
 
-    def usage(self) -> Usage:
-        return Usage.of(self.progress.num_prompt_tokens, self.progress.num_output_tokens,
-                        self._num_cached_tokens)
+    @property
+    def num_output_tokens(self) -> int:  # type: ignore[override]
+        return self.progress.num_output_tokens
+
+    @property
+    def num_cached_tokens(self) -> int:  # type: ignore[override]
+        return self._num_cached_tokens
 
 
 def _delta(piece: StreamPiece) -> DeltaMessage:

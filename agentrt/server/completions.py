@@ -1,13 +1,13 @@
 """``POST /v1/completions``: the legacy text completion API, straight onto the backend.
 
 The prompt is raw text or token ids (no chat template), one or several; several prompts are
-generated together (continuous batching) and answered as one choice each. A stream takes
-one prompt.
+generated together (continuous batching) and answered as ``n`` choices each (prompt ``p``'s
+choice ``j`` has ``index`` ``p * n + j``, as vLLM numbers them; :mod:`.choices`). A stream
+takes one prompt.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -21,6 +21,7 @@ from agentrt.backends.call import Call
 from agentrt.core.options import RequestOptions
 from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
+from agentrt.server.choices import Choices, check_choices, complete_all, nth_seed, stream_choices
 from agentrt.server.errors import APIError, check_context
 from agentrt.server.protocol import Completion, CompletionChoice, CompletionRequest, Usage
 from agentrt.server.run import Event, Run
@@ -41,6 +42,7 @@ async def create_completion(body: CompletionRequest, request: Request,
     model = state.resolve_model(body.model)
     if body.stream and len(body.prompts) != 1:
         raise APIError(400, "a streamed completion takes one prompt", param="prompt")
+    check_choices(state, body.n)
     params = _params(body)
     prompts = await anyio.to_thread.run_sync(
         lambda: [p if isinstance(p, list) else state.encode(p) for p in body.prompts])
@@ -48,14 +50,22 @@ async def create_completion(body: CompletionRequest, request: Request,
     for ids in prompts:
         check_context(state.max_model_len, len(ids), body.max_tokens, param="max_tokens",
                       chat=False)
-    runs = [CompletionRun(state, ids, params, f"{response_id}-{i}", started, index=i,
-                          response_id=response_id, model=model,
-                          include_usage=body.include_usage)
-            for i, ids in enumerate(prompts)]
+    created, n = int(time.time()), body.n
+    groups = [Choices(state, [CompletionRun(state, ids, nth_seed(params, j),
+                                            f"{response_id}-{p * n + j}", started,
+                                            index=p * n + j, response_id=response_id,
+                                            model=model, created=created)
+                              for j in range(n)], ids, f"{response_id}-p{p}")
+              for p, ids in enumerate(prompts)]
     counted = partial(state.metrics.count, ENDPOINT)
     if body.stream:
-        return await start_stream(runs[0].events(), on_end=counted)
-    return await cancel_on_disconnect(request, _complete(runs, response_id, model),
+        def usage() -> Iterable[Event]:
+            if body.include_usage:
+                yield Completion(id=response_id, created=created, model=model, choices=[],
+                                 usage=_usage(groups))
+
+        return await start_stream(stream_choices(groups[0], usage), on_end=counted)
+    return await cancel_on_disconnect(request, _complete(groups, response_id, model, created),
                                       on_end=counted)
 
 
@@ -69,18 +79,19 @@ def _params(body: CompletionRequest) -> SamplingParams:
         raise APIError.bad_request(exc) from exc
 
 
-async def _complete(runs: list[CompletionRun], response_id: str, model: str) -> Completion:
-    tasks = [asyncio.ensure_future(run.complete()) for run in runs]
-    try:
-        await asyncio.gather(*tasks)
-    finally:  # NOTE: one prompt rejected (or the client gone): abort the others too
-        for task in tasks:
-            task.cancel()
-    usage = Usage.of(sum(len(r.prompt_ids) for r in runs),
-                     sum(r.num_output_tokens for r in runs),
-                     sum(r.call.num_cached_tokens for r in runs))
-    return Completion(id=response_id, model=model, choices=[r.choice() for r in runs],
-                      usage=usage)
+async def _complete(groups: list[Choices], response_id: str, model: str, created: int
+                    ) -> Completion:
+    """Every prompt's choices, generated together (one rejected prompt aborts the others)."""
+    answers = await complete_all(groups)
+    return Completion(id=response_id, created=created, model=model,
+                      choices=[choice for group in answers for choice in group],
+                      usage=_usage(groups))
+
+
+def _usage(groups: list[Choices]) -> Usage:
+    return Usage.of(sum(g.num_prompt_tokens for g in groups),
+                    sum(g.num_output_tokens for g in groups),
+                    sum(g.num_cached_tokens for g in groups))
 
 
 class CompletionRun(Run):
@@ -88,7 +99,7 @@ class CompletionRun(Run):
 
     def __init__(self, state: ServerState, prompt_ids: list[int], params: SamplingParams,
                  request_id: str, started: float, index: int = 0, *, response_id: str = "",
-                 model: str = "", include_usage: bool = False) -> None:
+                 model: str = "", created: int | None = None) -> None:
         super().__init__(state, started)
         self.prompt_ids = prompt_ids
         self.call = Call(state.backend, prompt_ids, params,
@@ -96,8 +107,7 @@ class CompletionRun(Run):
         self.index = index
         self.response_id = response_id
         self.model = model
-        self.include_usage = include_usage
-        self.created = int(time.time())
+        self.created = int(time.time()) if created is None else created
         self.text: list[str] = []
         self.num_output_tokens = 0
         self.finish_reason: str | None = None
@@ -130,13 +140,10 @@ class CompletionRun(Run):
             reason = (delta.finish_reason or "stop") if delta.finished else None
             yield self._completion([self.choice(delta.text, reason)])
 
-    def final_events(self) -> Iterable[Event]:
-        if self.include_usage:
-            usage = Usage.of(len(self.prompt_ids), self.num_output_tokens,
-                             self.call.num_cached_tokens)
-            yield self._completion([], usage)
+    @property
+    def num_cached_tokens(self) -> int:  # type: ignore[override]
+        return self.call.num_cached_tokens
 
-    def _completion(self, choices: list[CompletionChoice], usage: Usage | None = None
-                    ) -> Completion:
+    def _completion(self, choices: list[CompletionChoice]) -> Completion:
         return Completion(id=self.response_id, created=self.created, model=self.model,
-                          choices=choices, usage=usage)
+                          choices=choices)

@@ -21,7 +21,7 @@ __all__ = ["ChatExtras", "EngineExtras", "NEUTRAL", "check_neutral"]
 
 NEUTRAL: dict[str, Any] = {
     # OpenAI's own fields agentrt cannot honour
-    "n": 1, "best_of": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "suffix": "",
+    "best_of": 1, "logprobs": False, "top_logprobs": 0, "echo": False, "suffix": "",
     "logit_bias": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
     "functions": None, "function_call": None, "modalities": ["text"], "audio": None,
     "web_search_options": None,

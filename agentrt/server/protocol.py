@@ -2,7 +2,7 @@
 
 Requests accept what OpenAI's clients send (unknown fields that cannot change the answer
 are ignored, as OpenAI-compatible servers do) and reject, with a 400 naming the field, values
-agentrt cannot honour: ``n`` or ``best_of`` above 1, the legacy endpoint's ``logprobs``
+agentrt cannot honour: ``n`` outside 1-16, ``best_of`` above 1, the legacy endpoint's ``logprobs``
 (chat serves ``logprobs`` / ``top_logprobs`` for plain answers), ``echo``, penalties,
 ``logit_bias``, vLLM's and SGLang's sampling extras and OpenAI's ``functions``
 (:mod:`agentrt.server.neutral`), a ``seed`` outside the signed 64-bit range (vLLM's rule),
@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from agentrt.core.sampling_params import check_seed
+from agentrt.server.choices import MAX_CHOICES
 from agentrt.server.neutral import ChatExtras, EngineExtras, check_neutral
 
 __all__ = [
@@ -91,7 +92,9 @@ class _SamplingRequest(EngineExtras):
     """Seed of the sampler (signed 64-bit); with ``temperature`` > 0, the same seed and
     request give the same answer."""
     stop: str | list[str] | None = None
-    n: int | None = None
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    """How many choices to generate for the prompt (each its own answer, ``index`` 0..n-1;
+    :mod:`agentrt.server.choices`)."""
     logprobs: Any = None
     top_logprobs: int | None = None
     logit_bias: dict[str, float] | None = None
@@ -99,7 +102,7 @@ class _SamplingRequest(EngineExtras):
     frequency_penalty: float | None = None
     user: str | None = None
 
-    @field_validator("n", "logit_bias", "presence_penalty", "frequency_penalty")
+    @field_validator("logit_bias", "presence_penalty", "frequency_penalty")
     @classmethod
     def _supported(cls, value: Any, info: Any) -> Any:
         return check_neutral(info.field_name, value)
@@ -115,7 +118,7 @@ class _SamplingRequest(EngineExtras):
         check_seed(value)
         return value
 
-    @field_validator("temperature", "top_p", "top_k", mode="before")
+    @field_validator("temperature", "top_p", "top_k", "n", mode="before")
     @classmethod
     def _null_is_default(cls, value: Any, info: Any) -> Any:
         return cls.model_fields[info.field_name].default if value is None else value

@@ -35,6 +35,15 @@ Event = BaseModel | dict[str, Any]
 class Run(abc.ABC):
     """One answer in flight: backend deltas → endpoint events → the whole answer."""
 
+    counts_prompt = True
+    """Whether the metrics count this run's prompt tokens (one choice of several: only the
+    first counts the prompt they share)."""
+    num_output_tokens = 0
+    """The tokens generated so far (endpoints that answer several choices keep it)."""
+    num_cached_tokens = 0
+    """The prompt tokens the prefix cache served (endpoints that answer several choices
+    keep it)."""
+
     def __init__(self, state: ServerState, started: float) -> None:
         self.state = state
         self.started = started
@@ -73,7 +82,8 @@ class Run(abc.ABC):
     async def deltas(self) -> AsyncIterator[StreamDelta]:
         """The call's deltas, added to the answer and timed (closing this aborts the call)."""
         source = rejected_as_400(self.source())
-        deltas = self.state.metrics.observe(source, self.num_prompt_tokens, self.started)
+        num_prompt_tokens = self.num_prompt_tokens if self.counts_prompt else 0
+        deltas = self.state.metrics.observe(source, num_prompt_tokens, self.started)
         try:
             async with aclosing(deltas):
                 async for delta in deltas:
@@ -89,12 +99,18 @@ class Run(abc.ABC):
                 pass
         return self.answer()
 
-    async def events(self) -> AsyncIterator[str]:
-        """The answer as server-sent events, ``[DONE]`` last."""
+    async def choice_events(self) -> AsyncIterator[Event]:
+        """The events of every delta, then the final ones."""
         async with aclosing(self.deltas()) as deltas:
             async for delta in deltas:
                 for event in self.events_of(delta):
-                    yield sse(event)
+                    yield event
         for event in self.final_events():
-            yield sse(event)
+            yield event
+
+    async def events(self) -> AsyncIterator[str]:
+        """The answer as server-sent events, ``[DONE]`` last."""
+        async with aclosing(self.choice_events()) as events:
+            async for event in events:
+                yield sse(event)
         yield DONE
