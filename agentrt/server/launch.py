@@ -4,8 +4,7 @@ until interrupted."""
 from __future__ import annotations
 
 import copy
-import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrt import env
@@ -40,36 +39,35 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
         app = create_app(target, model_names=model_names, backend_url=backend_url,
                          api_key=api_key)
         state = app.state.agentrt
-        sock = _bind(host, port)
-        bound = sock.getsockname()[1]
         names = ", ".join(state.model_names)
         where = f"max batch {state.engine.config.max_num_seqs}" if state.engine is not None \
             else f"{backend} backend at {backend_url}"
         shown = f"[{host}]" if ":" in host else host
-        print(f"agentrt serve: {names} on http://{shown}:{bound}/v1 ({where})", flush=True)
         # NOTE: open streams get 5 s to finish on Ctrl-C, then they are cut (and aborted)
-        config = uvicorn.Config(app, host=host, port=bound, log_level=log_level,
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                                 log_config=_log_config(), timeout_graceful_shutdown=5,
                                 use_colors=False if env.no_color() else None)
-        with sock:
-            uvicorn.Server(config).run(sockets=[sock])
+        server = _server(config, lambda bound: f"agentrt serve: {names} on "
+                                               f"http://{shown}:{bound}/v1 ({where})")
+        server.run()
+        if not server.started:
+            raise SystemExit(3)  # NOTE: uvicorn.run's exit status when startup fails
     finally:
         target.close()
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (0: a free port), bound as uvicorn binds."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
+def _server(config: Any, banner: Callable[[int], str]) -> Any:
+    """A uvicorn server that prints ``banner(port)`` once it listens: the port it bound,
+    which ``--port 0`` leaves to the system."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                print(banner(self.servers[0].sockets[0].getsockname()[1]), flush=True)
+
+    return Server(config)
 
 
 def _log_config() -> dict[str, Any]:
