@@ -15,6 +15,10 @@ worker and of all its threads, for good:
   ``perf_event_open``, ``userfaultfd``, ``keyctl`` / ``add_key`` / ``request_key``, module and
   ``kexec`` loading, ``io_uring_setup`` (its operations, sockets and connects among them, pass
   no seccomp filter): ``EPERM``;
+- memory that no limit counts: ``memfd_create`` (written, not mapped: outside ``RLIMIT_AS``)
+  and System V IPC (``shmget``, ``msgget``, ``semget`` and their operations: the host's IPC
+  namespace, whose objects outlive the worker and are open to every process of its user):
+  ``EPERM``;
 - with ``deny_sockets`` (a worker that denies the network): ``socket`` (a path-named UNIX socket
   of the caller's -- a local server, an SSH agent -- is outside the network namespace, and
   connecting to it opens no file for Landlock to check) and ``socketpair`` of any type but
@@ -91,7 +95,10 @@ _ABIS = {
     # process_vm_writev=311, finit_module=313, kexec_file_load=320, bpf=321, userfaultfd=323
     "x86_64": _Abi(0xC000003E, 317, 56, 435, (
         57, 58, 59, 322, 101, 155, 161, 165, 166, 175, 176, 248, 249, 250, 246, 272, 298, 308,
-        310, 311, 313, 320, 321, 323, *_GENERIC_DENIED),
+        310, 311, 313, 320, 321, 323, *_GENERIC_DENIED,
+        # memfd_create=319; shmget=29, shmat=30, shmctl=31, semget=64, semop=65, semctl=66,
+        # shmdt=67, msgget=68, msgsnd=69, msgrcv=70, msgctl=71, semtimedop=220
+        319, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220),
         # setpriority=141, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
         # ioprio_set=251, prlimit64=302, sched_setattr=314
         _self_only(141, 142, 144, 203, 251, 302, 314), (41, 53), True),  # socket, socketpair
@@ -102,7 +109,10 @@ _ABIS = {
     # process_vm_writev=271, finit_module=273, bpf=280, userfaultfd=282, kexec_file_load=294
     "aarch64": _Abi(0xC00000B7, 277, 220, 435, (
         221, 281, 39, 40, 41, 51, 97, 104, 105, 106, 117, 217, 218, 219, 241, 268, 270, 271,
-        273, 280, 282, 294, *_GENERIC_DENIED),
+        273, 280, 282, 294, *_GENERIC_DENIED,
+        # memfd_create=279; msgget=186 ... shmdt=197 (msgctl, msgrcv, msgsnd, semget, semctl,
+        # semtimedop, semop, shmget, shmctl, shmat)
+        279, *range(186, 198)),
         # setpriority=140, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
         # ioprio_set=30, prlimit64=261, sched_setattr=274
         _self_only(140, 118, 119, 122, 30, 261, 274), (198, 199), False),  # socket, socketpair

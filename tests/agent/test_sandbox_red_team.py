@@ -121,55 +121,77 @@ def test_past_the_audit_hook_no_socket_reaches_the_callers_unix_sockets(tmp_path
     import ctypes
     import socket
 
-    from agentrt.agent import sandbox
-
     path = str(tmp_path / "caller.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     server.bind(path)
     stream = socket.socket(socket.AF_UNIX)
     stream.bind(path + "2")
     stream.listen()
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    pid = os.fork()
-    if pid == 0:  # the worker's layers, with the audit hook bypassed (no-op), then the attacks
-        code = 0
-        try:
-            sandbox._install_audit_hook = lambda *args: None
-            sandbox.apply_sandbox(SandboxConfig(max_workdir_mb=None), workdir)
-            attacks = [
-                lambda: socket.socket(socket.AF_UNIX).connect(path + "2"),
-                lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"x", path),
-                lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].sendto(b"x", path),
-                lambda: _raise_errno(ctypes.CDLL(None, use_errno=True).syscall(425, 1, 0)),
-            ]  # 425: io_uring_setup (its socket and connect operations pass no seccomp filter)
-            for bit, attack in enumerate(attacks):
-                try:
-                    attack()
-                    code |= 1 << bit
-                except PermissionError:
-                    pass
-            a, b = socket.socketpair()
-            a.sendall(b"ok")
-            code |= 0 if b.recv(2) == b"ok" else 1 << 6
-        except BaseException:
-            code = 255
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
+
+    def stream_pair_works():
+        a, b = socket.socketpair()
+        a.sendall(b"ok")
+        if b.recv(2) != b"ok":
+            raise AssertionError("a connected stream pair should work")
+        raise PermissionError  # what passes here
+
+    refused = past_the_audit_hook(tmp_path, [
+        lambda: socket.socket(socket.AF_UNIX).connect(path + "2"),
+        lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"x", path),
+        lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].sendto(b"x", path),
+        lambda: _raise_errno(ctypes.CDLL(None, use_errno=True).syscall(425, 1, 0)),
+        stream_pair_works,
+    ])  # 425: io_uring_setup (its socket and connect operations pass no seccomp filter)
     server.setblocking(False)
     with pytest.raises(BlockingIOError):
         server.recv(1)  # nothing arrived
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert refused == [True] * 5
 
 
-def _raise_errno(result: int) -> None:
+def past_the_audit_hook(tmp_path, attacks) -> list[bool]:
+    """Run ``attacks`` in a forked child under the worker's sandbox with its audit hook bypassed
+    (a no-op): only the kernel layers stand. Whether each raised PermissionError."""
+    from agentrt.agent import sandbox
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            sandbox._install_audit_hook = lambda *args: None
+            sandbox.apply_sandbox(SandboxConfig(max_workdir_mb=None), workdir)
+            results = []
+            for attack in attacks:
+                try:
+                    attack()
+                    results.append("0")
+                except PermissionError:
+                    results.append("1")
+            os.write(write, "".join(results).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert len(answer) == len(attacks), "the child failed before it could answer"
+    return [c == "1" for c in answer]
+
+
+def _raise_errno(result: int, ipc: str = "") -> None:
+    """PermissionError for a refused raw call; what it made is released."""
     import ctypes
     import errno
 
     if result < 0 and ctypes.get_errno() == errno.EPERM:
         raise PermissionError(errno.EPERM, "refused")
-    if result >= 0:
+    if result >= 0 and not ipc:
         os.close(result)
+    elif result >= 0:  # IPC_RMID: a SysV object would outlive the test
+        libc = ctypes.CDLL(None)
+        {"shm": libc.shmctl, "msg": libc.msgctl, "sem": libc.semctl}[ipc](result, 0, 0)
 
 
 class _NoTokens:
@@ -200,3 +222,35 @@ def test_an_argument_over_the_frame_limit_is_an_error_observation(runtime):
     assert obs.is_error and "argument 'code' cannot be sent to the tool" in obs.text
     assert "over the frame limit" in obs.text and len(obs.text) < 300
     assert run(runtime, "print('still here')").text == "still here\n"
+
+
+def test_memory_outside_the_address_space_limit_is_refused():
+    """RLIMIT_AS counts mappings; a memfd written with ``write`` maps nothing: 1,024 of them at
+    RLIMIT_FSIZE's 64 MiB each held 64 GiB of the host's memory for the session's life."""
+    config = SandboxConfig(max_cpu_s=5, max_wall_s=20, max_memory_mb=64)
+    with ToolRuntime([PythonReplTool(sandbox=config)]) as rt:
+        obs = rt.run("python_repl", {"code": textwrap.dedent("""
+            import os
+            fds = []
+            for i in range(3):
+                fds.append(os.memfd_create(f"hoard{i}"))
+                for _ in range(48):
+                    _ = os.write(fds[-1], bytes(2**20))
+            print("held", 48 * len(fds), "MiB")
+        """)})
+    assert obs.is_error and "PermissionError: [Errno 1]" in obs.text, obs.text
+    assert "held" not in obs.text
+
+
+@needs_seccomp
+def test_past_the_audit_hook_system_v_ipc_is_refused(tmp_path):
+    """SysV shared memory outlives the worker (the IPC namespace is the host's) and is counted
+    by no limit; its segments and queues of the same user are open to it too."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_private, ipc_creat = 0, 0o1000
+    attacks = [lambda: _raise_errno(libc.shmget(ipc_private, 2**20, ipc_creat | 0o600), "shm"),
+               lambda: _raise_errno(libc.msgget(ipc_private, ipc_creat | 0o600), "msg"),
+               lambda: _raise_errno(libc.semget(ipc_private, 1, ipc_creat | 0o600), "sem")]
+    assert past_the_audit_hook(tmp_path, attacks) == [True] * 3
