@@ -110,6 +110,16 @@ class ProcessWorker:
             os.close(self._pidfd)
             self._pidfd = None
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker (all its threads) has used, as the kernel counts it; None if it
+        cannot be read (the worker is gone, no ``/proc``)."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
+
     def tail(self) -> str:
         """The end of what the worker wrote to its fds 1 and 2 (bounded, never through a path)."""
         try:
@@ -148,6 +158,10 @@ class ThreadWorker:
         except (OSError, WireError):
             pass
         self.channel.close()
+
+    def cpu_seconds(self) -> float | None:
+        """Not measured: a thread worker shares the caller's process."""
+        return None
 
     def tail(self) -> str:
         return ""

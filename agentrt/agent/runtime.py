@@ -50,6 +50,9 @@ OPEN_TIMEOUT_S = 120.0
 SEND_TIMEOUT_S = 30.0
 #: replies already buffered that are still read once a call's deadline has passed
 _LATE_FRAMES = 64
+#: CPU seconds a worker may use past ``max_cpu_s`` from one call's start to the next's (the
+#: limit's rounding, the signal handler, the reply)
+_CPU_GRACE_S = 2.0
 
 TOOLS: Registry[type[Tool]] = Registry(
     "tool",
@@ -80,6 +83,8 @@ class _Slot:
     next_call: int = 0
     #: the latest call started (a new call aborts it if it was neither ended nor concluded)
     active: ToolCall | None = None
+    #: the worker's CPU seconds when the latest call started (None: none started, or unknown)
+    cpu_mark: float | None = None
 
     def post(self, msg: Any) -> str | None:
         """Send ``msg`` to the worker; on failure kill it and return why (else None)."""
@@ -103,6 +108,20 @@ class _Slot:
         log = self.worker.tail()
         detail = f"; its last output:\n{log}" if log else ""
         return f"{self.tool.name}: the tool process died unexpectedly{detail}"
+
+    def check_cpu(self) -> None:
+        """Before a call starts: stop a worker that used more CPU time since the previous call
+        began than that call may (``max_cpu_s``). Threads left running between calls are
+        stopped by limits inside the worker, which model code can switch off; the kernel's
+        count of the worker's CPU time it cannot."""
+        limit, used = self.tool.sandbox.max_cpu_s, self.worker.cpu_seconds()
+        if limit is None or used is None or self.is_dead:
+            return
+        if self.cpu_mark is not None and used - self.cpu_mark > limit + _CPU_GRACE_S:
+            self.kill(f"{self.tool.name}: the tool process used {used - self.cpu_mark:.1f} s of "
+                      f"CPU time since its previous call began, past the limit of {limit} s "
+                      "(threads left running?); it was stopped and its session state is lost")
+        self.cpu_mark = used
 
     def kill(self, message: str) -> None:
         """Stop the worker for good; later calls of the session get ``message``."""
@@ -345,6 +364,7 @@ class ToolRuntime:
     def start(self, name: str, *, session: str = "default", lazy: bool | None = None) -> ToolCall:
         """Begin a call of tool ``name`` in ``session`` (its worker is started on first use)."""
         slot = self._slot(name, session)
+        slot.check_cpu()
         previous = slot.active
         if previous is not None and not previous._ended and previous.observation is None:
             previous.abort("superseded: another call of this tool started in the same session")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -254,3 +256,35 @@ def test_past_the_audit_hook_system_v_ipc_is_refused(tmp_path):
                lambda: _raise_errno(libc.msgget(ipc_private, ipc_creat | 0o600), "msg"),
                lambda: _raise_errno(libc.semget(ipc_private, 1, ipc_creat | 0o600), "sem")]
     assert past_the_audit_hook(tmp_path, attacks) == [True] * 3
+
+
+def test_a_thread_spinning_between_calls_with_the_watchdog_switched_off_is_stopped():
+    """The interpreter's watchdog lives in the worker: model code switched it off (and blocked
+    SIGXCPU), and a thread spun on a core the engine shares, session-long. The caller now checks
+    the worker's CPU time (the kernel's count) when the next call starts."""
+    with ToolRuntime([PythonReplTool(sandbox=SandboxConfig(max_cpu_s=1, max_wall_s=20))]) as rt:
+        obs = rt.run("python_repl", {"code": textwrap.dedent("""
+            import os, signal, threading
+            import agentrt_tools.python_repl as repl
+            repl._cpu_time = lambda: 0.0  # the watchdog sees no CPU spent
+            _ = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGXCPU})
+            def spin():
+                while True:
+                    pass
+            threading.Thread(target=spin, daemon=True).start()
+            print(os.getpid())
+        """)})
+        pid = int(obs.text)
+        deadline = time.monotonic() + 60
+        while cpu_seconds(pid) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cpu_seconds(pid) >= 4
+        obs = rt.run("python_repl", {"code": "print('next')"})
+        assert obs.is_error and "of CPU time since its previous call began" in obs.text
+        assert "past the limit of 1 s" in obs.text
+        assert rt.run("python_repl", {"code": "print('fresh')"}).text == "fresh\n"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
