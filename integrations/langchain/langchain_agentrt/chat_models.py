@@ -23,7 +23,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, Field
+from pydantic import AliasChoices, ConfigDict, Field
 
 from agentrt import env
 from agentrt.backends import Backend, as_backend
@@ -62,8 +62,10 @@ class ChatAgentRT(BaseChatModel):
     """``EngineConfig`` options for the shared engine (``dtype``, ``kv_cache_gb``, ...)."""
     temperature: float = 0.0
     """0 = greedy (deterministic)."""
-    max_tokens: int | None = None
-    """Most tokens to generate per call; None = the engine's default (256)."""
+    max_tokens: int | None = Field(
+        default=None, validation_alias=AliasChoices("max_tokens", "max_completion_tokens"))
+    """Most tokens to generate per call; None = the engine's default (256). Also given as
+    ``max_completion_tokens`` (``ChatOpenAI``'s name), here and per call."""
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
@@ -102,7 +104,11 @@ class ChatAgentRT(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_name": self.resolved_model_name, "temperature": self.temperature,
                 "max_tokens": self.max_tokens, "top_p": self.top_p, "top_k": self.top_k,
-                "seed": self.seed, "constrained": self.constrained}
+                "seed": self.seed, "constrained": self.constrained,
+                # NOTE: all that changes the answer: LangChain's LLM cache keys on these
+                "logprobs": self.logprobs, "top_logprobs": self.top_logprobs,
+                "chat_template_kwargs": self.chat_template_kwargs,
+                "engine_kwargs": self.engine_kwargs}
 
     def _get_invocation_params(self, stop: list[str] | None = None,
                                **kwargs: Any) -> dict[str, Any]:
@@ -183,12 +189,13 @@ class ChatAgentRT(BaseChatModel):
         return super().bind(tools=formatted, tool_choice=choice, **kwargs)
 
     def with_structured_output(
-        self, schema: dict[str, Any] | type, *, include_raw: bool = False,
+        self, schema: dict[str, Any] | type | None = None, *, include_raw: bool = False,
         method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling",
         strict: bool | None = None, **kwargs: Any,
     ) -> Runnable[LanguageModelInput, dict | Any]:
         """Answers parsed into ``schema``: through a forced tool call (``function_calling``)
-        or as grammar-constrained JSON (``json_schema``; ``json_mode``: any JSON object).
+        or as grammar-constrained JSON (``json_schema``; ``json_mode``: any JSON object, and
+        ``schema`` may be None: a dict).
         A call or JSON that did not parse is an ``OutputParserException`` (with
         ``include_raw=True``: in ``parsing_error``)."""
         if kwargs:

@@ -30,13 +30,15 @@ _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 # strict: constrained decoding is always strict; stream_usage: the last chunk always has usage
 _IGNORED = ("stream", "strict", "stream_usage")
 _KNOWN = frozenset(_SAMPLING + _BINDINGS + _IGNORED + ("timeout", "model", "logprobs",
-                                                        "top_logprobs"))
+                                                        "top_logprobs",
+                                                        "max_completion_tokens"))
 
 
 def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessage],
                  stop: list[str] | None, kwargs: dict[str, Any]) -> ChatCall:
     """Render, tokenize and parameterize one call (``kwargs``: per-call options, bindings)."""
     _check_kwargs(model, kwargs)
+    kwargs = _max_tokens_alias(kwargs)
     # NOTE: an option given as None is not given (the model's own value), as in OpenAI's API
     options = {k: getattr(model, k) if kwargs.get(k) is None else kwargs[k] for k in _SAMPLING}
     stops = stop if stop is not None else model.stop
@@ -100,9 +102,16 @@ class Progress(ChatProgress):
         return {"logprobs": {"content": fresh}} if fresh else {}
 
     def usage(self) -> UsageMetadata:
+        """The call's token counts; ``input_token_details["cache_read"]``: prompt tokens the
+        backend did not compute (its prefix cache, the agent run's session), as
+        ``ChatOpenAI`` reports OpenAI's ``cached_tokens``."""
+        backend_call = self.call.call
+        cached = backend_call.num_cached_tokens if backend_call is not None else 0
         return UsageMetadata(input_tokens=self.num_prompt_tokens,
                              output_tokens=self.num_output_tokens,
-                             total_tokens=self.num_prompt_tokens + self.num_output_tokens)
+                             total_tokens=self.num_prompt_tokens + self.num_output_tokens,
+                             input_token_details={
+                                 "cache_read": min(cached, self.num_prompt_tokens)})
 
     def metadata(self) -> dict[str, Any]:
         """``response_metadata``: the same for the message and the last chunk, with the token
@@ -121,6 +130,18 @@ def _num_logprobs(logprobs: bool | None, top: int | None) -> int | None:
             raise ValueError("top_logprobs needs logprobs=True (as in ChatOpenAI)")
         return None
     return top or 0
+
+
+def _max_tokens_alias(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``max_completion_tokens`` (``ChatOpenAI``'s name) as ``max_tokens``."""
+    alias = kwargs.get("max_completion_tokens")
+    if alias is None:
+        return kwargs
+    given = kwargs.get("max_tokens")
+    if given is not None and given != alias:
+        raise ValueError(f"ChatAgentRT got max_tokens={given} and max_completion_tokens="
+                         f"{alias}: two names of one option; give one")
+    return {**kwargs, "max_tokens": alias}
 
 
 def _reasoning(text: str) -> dict[str, Any]:

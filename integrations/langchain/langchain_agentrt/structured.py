@@ -34,10 +34,13 @@ if TYPE_CHECKING:
 __all__ = ["structured_output"]
 
 
-def structured_output(llm: ChatAgentRT, schema: dict[str, Any] | type, method: str, *,
+def structured_output(llm: ChatAgentRT, schema: dict[str, Any] | type | None, method: str, *,
                       include_raw: bool = False) -> Runnable:
     """``llm`` bound to a JSON response format or to ``schema`` as its one tool, piped into a
     parser for ``schema``."""
+    if schema is None and method != "json_mode":
+        raise ValueError(f"schema=None needs method='json_mode' (any JSON object); "
+                         f"method={method!r} needs a schema")
     if method == "function_calling":
         bound, parser = _function_calling(llm, schema)
     elif method in ("json_schema", "json_mode"):
@@ -54,11 +57,11 @@ def structured_output(llm: ChatAgentRT, schema: dict[str, Any] | type, method: s
                                                           exception_key="parsing_error")
 
 
-def _response_format(llm: ChatAgentRT, schema: dict[str, Any] | type,
+def _response_format(llm: ChatAgentRT, schema: dict[str, Any] | type | None,
                      method: str) -> tuple[Runnable, Runnable]:
-    json_schema = convert_to_json_schema(schema)
     response_format: dict[str, Any] = {"type": "json_object"}
     if method == "json_schema":
+        json_schema = convert_to_json_schema(schema)
         name = json_schema.get("title", "response")
         response_format = {"type": "json_schema",
                            "json_schema": {"name": name, "schema": json_schema, "strict": True}}

