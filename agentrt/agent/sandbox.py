@@ -402,7 +402,7 @@ def _drop_capabilities(notes: list[str]) -> None:
 
 def _seccomp(notes: list[str], deny_sockets: bool) -> bool:
     try:
-        if seccomp.deny_spawn(deny_sockets=deny_sockets):
+        if seccomp.deny_spawn(deny_sockets=deny_sockets, own_pid=os.getpid()):
             return True
         notes.append("no seccomp filter for this architecture")
     except OSError as exc:

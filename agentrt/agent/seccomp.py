@@ -29,6 +29,9 @@ worker and of all its threads, for good:
   ``ioprio_set`` and ``prlimit64`` are allowed only on the worker itself (pid 0; for
   ``setpriority`` and ``ioprio_set``, ``PRIO_PROCESS`` / ``IOPRIO_WHO_PROCESS`` too), else
   ``EPERM`` -- model code could otherwise idle, pin or renice the engine;
+- with ``own_pid`` (the worker's): signals only to itself -- ``kill`` to ``own_pid`` or 0 (its
+  own process group), ``tkill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo`` and
+  ``pidfd_open`` on ``own_pid``, else ``EPERM`` (Landlock scopes signals from ABI 6 only);
 - ``clone``: allowed only with ``CLONE_THREAD`` (a new thread of this process), else ``EPERM``;
 - ``clone3``: ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; the C library
   then falls back to ``clone``, which the rule above checks);
@@ -65,9 +68,11 @@ _X32_BIT = 0x40000000
 class _Abi:
     def __init__(self, arch: int, seccomp: int, clone: int, clone3: int,
                  denied: tuple[int, ...], self_only: dict[int, tuple[tuple[int, int], ...]],
-                 sockets: tuple[int, int], x32: bool) -> None:
+                 sockets: tuple[int, int], signals: tuple[int, ...], x32: bool) -> None:
         self.arch, self.seccomp, self.clone, self.clone3 = arch, seccomp, clone, clone3
         self.socket, self.socketpair = sockets
+        #: kill, then the calls whose first argument is the target process (or thread group)
+        self.kill, self.signal_calls = signals[0], signals[1:]
         #: system call -> the (argument index, value) pairs that make it act on this process
         self.denied, self.self_only, self.x32 = denied, self_only, x32
 
@@ -101,7 +106,10 @@ _ABIS = {
         319, 29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220),
         # setpriority=141, sched_setparam=142, sched_setscheduler=144, sched_setaffinity=203,
         # ioprio_set=251, prlimit64=302, sched_setattr=314
-        _self_only(141, 142, 144, 203, 251, 302, 314), (41, 53), True),  # socket, socketpair
+        _self_only(141, 142, 144, 203, 251, 302, 314), (41, 53),  # socket, socketpair
+        # kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129, rt_tgsigqueueinfo=297,
+        # pidfd_open=434
+        (62, 200, 234, 129, 297, 434), True),
     # AUDIT_ARCH_AARCH64; seccomp=277; clone=220, clone3=435; execve=221, execveat=281;
     # umount2=39, mount=40, pivot_root=41, chroot=51, unshare=97, kexec_load=104,
     # init_module=105, delete_module=106, ptrace=117, add_key=217, request_key=218,
@@ -115,7 +123,10 @@ _ABIS = {
         279, *range(186, 198)),
         # setpriority=140, sched_setparam=118, sched_setscheduler=119, sched_setaffinity=122,
         # ioprio_set=30, prlimit64=261, sched_setattr=274
-        _self_only(140, 118, 119, 122, 30, 261, 274), (198, 199), False),  # socket, socketpair
+        _self_only(140, 118, 119, 122, 30, 261, 274), (198, 199),  # socket, socketpair
+        # kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240,
+        # pidfd_open=434
+        (129, 130, 131, 138, 240, 434), False),
 }
 
 
@@ -124,7 +135,9 @@ def is_supported() -> bool:
     return platform.machine() in _ABIS
 
 
-def _program(abi: _Abi, deny_sockets: bool = False) -> list[tuple[int, int, int, int]]:
+def _program(
+    abi: _Abi, deny_sockets: bool = False, own_pid: int | None = None
+) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions; jumps are relative to the next one."""
     eperm = _RET_ERRNO | errno.EPERM
     prog = [
@@ -139,6 +152,17 @@ def _program(abi: _Abi, deny_sockets: bool = False) -> list[tuple[int, int, int,
         prog += [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, eperm)]
     for nr, checks in abi.self_only.items():
         prog += _only_if(nr, checks, eperm)
+    if own_pid is not None:
+        for nr in abi.signal_calls:
+            prog += _only_if(nr, ((0, own_pid),), eperm)
+        prog += [
+            (_JEQ_K, 0, 5, abi.kill),
+            (_LD_W_ABS, 0, 0, _ARG0_LOW),
+            (_JEQ_K, 2, 0, own_pid),
+            (_JEQ_K, 1, 0, 0),
+            (_RET_K, 0, 0, eperm),
+            (_RET_K, 0, 0, _RET_ALLOW),
+        ]
     if deny_sockets:
         prog += [(_JEQ_K, 0, 1, abi.socket), (_RET_K, 0, 0, eperm)]
         prog += [
@@ -176,17 +200,18 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def deny_spawn(*, deny_sockets: bool = False) -> bool:
+def deny_spawn(*, deny_sockets: bool = False, own_pid: int | None = None) -> bool:
     """Install the filter on every thread of this process, for good; False if unsupported.
 
-    ``deny_sockets``: refuse new sockets too (but connected stream pairs).
+    ``deny_sockets``: refuse new sockets too (but connected stream pairs); ``own_pid``: this
+    process's id, the only target of its signals.
 
     Raises ``OSError`` if the kernel refuses the filter.
     """
     abi = _ABIS.get(platform.machine())
     if abi is None:
         return False
-    prog = _program(abi, deny_sockets)
+    prog = _program(abi, deny_sockets, own_pid)
     code = b"".join(struct.pack("=HBBI", *insn) for insn in prog)
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(prog), ctypes.cast(buffer, ctypes.c_void_p))

@@ -150,9 +150,10 @@ def test_past_the_audit_hook_no_socket_reaches_the_callers_unix_sockets(tmp_path
     assert refused == [True] * 5
 
 
-def past_the_audit_hook(tmp_path, attacks) -> list[bool]:
+def past_the_audit_hook(tmp_path, attacks, prepare=lambda: None) -> list[bool]:
     """Run ``attacks`` in a forked child under the worker's sandbox with its audit hook bypassed
-    (a no-op): only the kernel layers stand. Whether each raised PermissionError."""
+    (a no-op; ``prepare`` runs first): only the kernel layers stand. Whether each raised
+    PermissionError."""
     from agentrt.agent import sandbox
 
     workdir = tmp_path / "work"
@@ -163,6 +164,7 @@ def past_the_audit_hook(tmp_path, attacks) -> list[bool]:
         try:
             os.close(read)
             sandbox._install_audit_hook = lambda *args: None
+            prepare()
             sandbox.apply_sandbox(SandboxConfig(max_workdir_mb=None), workdir)
             results = []
             for attack in attacks:
@@ -288,3 +290,34 @@ def test_a_thread_spinning_between_calls_with_the_watchdog_switched_off_is_stopp
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@needs_seccomp
+def test_past_the_audit_hook_a_kernel_without_signal_scoping_still_refuses_signals(
+        tmp_path, neighbour):
+    """Landlock scopes signals from ABI 6 (Linux 6.12) only; below it, nothing but the audit
+    hook stopped ``os.kill(engine_pid, SIGKILL)`` -- and model code switches the hook's check
+    off by writing to the ``SandboxConfig`` it finds in the hook's traceback frame."""
+    import signal
+    import threading
+    from functools import partial
+
+    from agentrt.agent import landlock, sandbox
+
+    def without_signal_scoping():  # what an ABI 1-5 kernel does
+        sandbox.landlock.restrict = partial(landlock.restrict, scope_signals=False)
+
+    def own_signals_work():
+        os.kill(os.getpid(), 0)
+        os.kill(0, 0)  # its own process group
+        signal.pthread_kill(threading.get_ident(), 0)
+        raise PermissionError
+
+    refused = past_the_audit_hook(tmp_path, [
+        lambda: os.kill(neighbour, 0),  # signal 0: the permission check alone
+        lambda: os.kill(-neighbour, 0),
+        lambda: os.kill(-1, 0),
+        lambda: os.close(os.pidfd_open(neighbour)),
+        own_signals_work,
+    ], prepare=without_signal_scoping)
+    assert refused == [True] * 5
