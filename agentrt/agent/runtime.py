@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from agentrt.agent.worker import (
     Opened,
     OpenMsg,
     StartMsg,
+    bounded_text,
 )
 from agentrt.core.registry import Registry
 
@@ -295,9 +296,9 @@ class ToolCall:
                 PieceTiming(msg.index, self._kinds[msg.index], msg.started, msg.ended)
             )
             if msg.error is not None and self.rejection is None:
-                self._reject(msg.error, msg.index)
+                self._reject(bounded_text(msg.error), msg.index)
         else:
-            self._finished = msg
+            self._finished = replace(msg, text=bounded_text(msg.text))
         return True
 
     def _reject(self, message: str, index: int | None = None) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "OpenMsg",
     "Opened",
     "StartMsg",
+    "bounded_text",
     "serve",
 ]
 
@@ -177,7 +178,7 @@ class _Worker:
             _replace_environment(worker_environment(workdir, msg.env))
             return Opened(apply_sandbox(self.tool.sandbox, workdir, mount))
         except Exception as exc:  # the tool could not start: report, then exit
-            return Opened(None, _bounded(f"{self._name()}: could not open the tool: "
+            return Opened(None, bounded_text(f"{self._name()}: could not open the tool: "
                                          f"{_describe(exc)}"))
 
     def start(self, msg: StartMsg) -> None:
@@ -226,11 +227,11 @@ class _Worker:
         try:
             fn()
         except ToolCallError as exc:
-            return _bounded(str(exc))
+            return bounded_text(str(exc))
         except ResourceLimitError:
             return f"{self._name()}: CPU time limit of {self.tool.sandbox.max_cpu_s} s exceeded"
         except BaseException as exc:  # a tool bug or a limit: never kill the worker loop
-            return _bounded(f"{self._name()}: {_describe(exc)}")
+            return bounded_text(f"{self._name()}: {_describe(exc)}")
         finally:
             _busy.value = False
         return None
@@ -277,13 +278,14 @@ def _replace_environment(env: dict[str, str]) -> None:
 
 def _text(value: Any) -> str:
     if not isinstance(value, str):
-        return _bounded(f"the tool returned {type(value).__name__}, not str: {value!r}")
-    return _bounded(value)
+        return bounded_text(f"the tool returned {type(value).__name__}, not str: {value!r}")
+    return bounded_text(value)
 
 
-def _bounded(text: str) -> str:
+def bounded_text(text: str) -> str:
     """``text`` as an observation: valid Unicode (a lone surrogate, which no tokenizer or JSON
-    encoder takes, becomes U+FFFD) and at most MAX_TEXT_CHARS characters."""
+    encoder takes, becomes U+FFFD) and at most MAX_TEXT_CHARS characters. The worker applies
+    it to what it sends, the caller again to what it receives (a worker may be hostile)."""
     text = _SURROGATE.sub("\ufffd", text)
     if len(text) <= MAX_TEXT_CHARS:
         return text

@@ -321,3 +321,25 @@ def test_past_the_audit_hook_a_kernel_without_signal_scoping_still_refuses_signa
         own_signals_work,
     ], prepare=without_signal_scoping)
     assert refused == [True] * 5
+
+
+@pytest.mark.parametrize("reply", [
+    '{"type": "fed", "index": 0, "error": "E" * 15_000_000}',
+    '{"type": "finished", "text": "x" * 15_000_000, "is_error": False}',
+])
+def test_a_forged_observation_is_cut_to_the_limit_in_the_caller(runtime, reply):
+    """An honest worker cuts its text at MAX_TEXT_CHARS; a hostile one wrote a 15 MB
+    observation on the wire itself, which the caller would tokenize whole to fit the context."""
+    from agentrt.agent.worker import MAX_TEXT_CHARS
+
+    obs = run(runtime, f"""
+        import json, os, stat, struct
+        fd = next(fd for fd in range(3, 64) if stat.S_ISSOCK(os.fstat(fd).st_mode))
+        os.set_blocking(fd, True)
+        body = json.dumps({{**{reply}, "call_id": 0, "started": 0.0, "ended": 0.0}}).encode()
+        frame = memoryview(struct.pack(">I", len(body)) + body)
+        while frame:
+            frame = frame[os.write(fd, frame):]
+    """)
+    assert len(obs.text) <= MAX_TEXT_CHARS + 100
+    assert obs.text.endswith("characters cut]")
