@@ -272,3 +272,41 @@ def test_a_run_cancelled_while_its_tool_runs_frees_the_held_session(engine, tool
     blocks, requests = asyncio.run(run())
     assert blocks > 0 and len(requests) == 1  # the paused request, kept for the next step
     assert held(engine) == (0, [])
+
+
+def test_a_function_agent_that_does_not_stream_calls_and_frees_its_kv(engine, tool_llm):
+    """``streaming=False``: the agent calls ``achat_with_tools``, one event per step."""
+    agent = FunctionAgent(tools=[ADD], llm=tool_llm, initial_tool_choice="add",
+                          streaming=False)
+
+    async def run():
+        with agent_session(agent) as scope:
+            events = await _events(agent.run(user_msg="What is 2 plus 3?", max_iterations=2))
+        return events, scope
+
+    events, scope = asyncio.run(run())
+    results = [e for e in events if isinstance(e, ToolCallResult)]
+    assert results and results[0].tool_output.content == str(add(**results[0].tool_kwargs))
+    assert scope.stats.num_calls >= 2 and scope.stats.num_reused_tokens > 0
+    assert held(engine) == (0, [])
+
+
+@pytest.mark.parametrize("in_a_session", [True, False])
+def test_a_workflow_timeout_aborts_the_running_call(engine, in_a_session):
+    """The workflow's own ``timeout`` cancels the step in the middle of a long answer: its
+    request is aborted, not left decoding in the engine."""
+    agent = FunctionAgent(tools=[ADD], llm=AgentRT(engine=engine, max_tokens=2000),
+                          timeout=0.5)
+
+    async def timed_out():
+        with pytest.raises(Exception, match="timed out|timeout"):
+            await agent.run(user_msg="Write a very long story about a cat.")
+
+    async def run():
+        if not in_a_session:
+            return await timed_out()
+        with agent_session(agent):
+            return await timed_out()
+
+    asyncio.run(run())
+    assert held(engine) == (0, [])
