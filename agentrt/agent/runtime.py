@@ -31,6 +31,7 @@ from agentrt.agent.sandbox import SandboxReport
 from agentrt.agent.wire import WireError, WireTimeout
 from agentrt.agent.worker import (
     CALL_REPLIES,
+    MAX_RECEIVED_CHARS,
     AbortMsg,
     Fed,
     FeedMsg,
@@ -296,9 +297,9 @@ class ToolCall:
                 PieceTiming(msg.index, self._kinds[msg.index], msg.started, msg.ended)
             )
             if msg.error is not None and self.rejection is None:
-                self._reject(bounded_text(msg.error), msg.index)
+                self._reject(bounded_text(msg.error, MAX_RECEIVED_CHARS), msg.index)
         else:
-            self._finished = replace(msg, text=bounded_text(msg.text))
+            self._finished = replace(msg, text=bounded_text(msg.text, MAX_RECEIVED_CHARS))
         return True
 
     def _reject(self, message: str, index: int | None = None) -> None:

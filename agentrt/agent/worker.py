@@ -39,6 +39,8 @@ from agentrt.agent.wire import MAX_FRAME_BYTES, Channel
 
 __all__ = [
     "CALL_REPLIES",
+    "MAX_RECEIVED_CHARS",
+    "MAX_TEXT_CHARS",
     "REPLIES",
     "REQUESTS",
     "AbortMsg",
@@ -56,6 +58,8 @@ __all__ = [
 
 #: longest observation or error text a worker sends (the rest is cut, with a note)
 MAX_TEXT_CHARS = MAX_FRAME_BYTES // 16
+#: longest text the caller takes from a worker: MAX_TEXT_CHARS and the note of the worker's cut
+MAX_RECEIVED_CHARS = MAX_TEXT_CHARS + 64
 _SURROGATE = re.compile("[\ud800-\udfff]")  # a lone surrogate: no UTF-8, no token
 
 
@@ -282,15 +286,16 @@ def _text(value: Any) -> str:
     return bounded_text(value)
 
 
-def bounded_text(text: str) -> str:
+def bounded_text(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
     """``text`` as an observation: valid Unicode (a lone surrogate, which no tokenizer or JSON
-    encoder takes, becomes U+FFFD) and at most MAX_TEXT_CHARS characters. The worker applies
-    it to what it sends, the caller again to what it receives (a worker may be hostile)."""
+    encoder takes, becomes U+FFFD) and at most ``max_chars`` characters. The worker applies it
+    to what it sends, the caller again (MAX_RECEIVED_CHARS) to what it receives: a worker may
+    be hostile."""
     text = _SURROGATE.sub("\ufffd", text)
-    if len(text) <= MAX_TEXT_CHARS:
+    if len(text) <= max_chars:
         return text
-    cut = len(text) - MAX_TEXT_CHARS
-    return f"{text[:MAX_TEXT_CHARS]}\n[... {cut} more characters cut]"
+    cut = len(text) - max_chars
+    return f"{text[:max_chars]}\n[... {cut} more characters cut]"
 
 
 def _describe(exc: BaseException) -> str:
