@@ -202,7 +202,7 @@ def test_valid_nested_arguments_reach_the_tool_as_written():
     with ToolRuntime([tool]) as runtime:
         observation = runtime.run("book", {"room": {"kind": "double"}, "nights": [1, 2]})
     assert (observation.text, observation.is_error) == ("booked", False)
-    assert tool.ran == [{"room": {"kind": "double"}, "nights": [1, 2]}]  # no default filled
+    assert tool.ran == [{"room": {"kind": "double"}, "nights": [1, 2]}]  # as written
 
 
 # ---------------------------------------------------------------- results
