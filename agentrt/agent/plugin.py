@@ -19,6 +19,7 @@ import inspect
 import json
 import pickle
 import re
+import reprlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -271,13 +272,23 @@ def check_argument(schema: Mapping[str, Any], key: str, value: Any) -> None:
     _check_value(properties[key], value, f"argument {key!r}")
 
 
+def _shown(value: Any) -> str:
+    """``value`` as an error message shows it: its repr, cut to a few nested levels and items
+    (a model's wrong argument may be megabytes, and the message becomes its observation)."""
+    shown = reprlib.Repr()
+    shown.maxlevel, shown.maxstring, shown.maxother = 3, 60, 60
+    shown.maxlist = shown.maxtuple = shown.maxdict = 4
+    text = shown.repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def _check_value(spec: Mapping[str, Any], value: Any, where: str) -> None:
     types = spec.get("type")
     names = [types] if isinstance(types, str) else list(types or [])
     if names and not any(_is_type(value, name) for name in names):
-        raise ToolCallError(f"{where} must be {' or '.join(names)}, got {value!r}")
+        raise ToolCallError(f"{where} must be {' or '.join(names)}, got {_shown(value)}")
     if "enum" in spec and value not in spec["enum"]:
-        raise ToolCallError(f"{where} must be one of {spec['enum']}, got {value!r}")
+        raise ToolCallError(f"{where} must be one of {spec['enum']}, got {_shown(value)}")
     if isinstance(value, dict) and ("properties" in spec or "required" in spec):
         missing = [k for k in spec.get("required", ()) if k not in value]
         if missing:

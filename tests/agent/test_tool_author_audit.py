@@ -516,3 +516,20 @@ def test_a_session_whose_start_raises_fails_that_call_not_the_worker():
         runtime.close_session("s")
         _wait_for(lambda: "close" in tool.events)
     assert tool.events == ["open", "failed", "start", "value:b", "close"]
+
+
+def test_a_huge_wrong_argument_is_named_not_repeated_in_the_observation():
+    """The message of a wrong argument becomes the model's observation: a megabyte-long or
+    deeply nested value is shown cut, not whole."""
+    from agentrt.agent.plugin import ToolCallError, check_argument
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"},
+                                               "kind": {"enum": ["a", "b"]}}}
+    nested: list = []
+    for _ in range(500):
+        nested = [nested]
+    for key, value in (("q", ["x" * 100_000] * 1_000), ("q", nested), ("kind", "z" * 1_000_000)):
+        with pytest.raises(ToolCallError) as err:
+            check_argument(schema, key, value)
+        assert str(err.value).startswith(f"argument {key!r} must be")
+        assert len(str(err.value)) < 400
