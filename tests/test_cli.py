@@ -27,7 +27,7 @@ def test_run_answers_on_the_default_model(capsys, engine):
     assert main(["run", "--max-tokens", "12", "--stats", "What is the capital of France?"]) == 0
     captured = capsys.readouterr()
     assert "Paris" in captured.out
-    assert "tok/s" in captured.err
+    assert "eval rate:" in captured.err and "tokens/s" in captured.err
 
 
 def test_bad_model_is_a_clear_error(capsys):

@@ -394,3 +394,40 @@ def test_a_multi_line_message_is_one_turn(monkeypatch, capsys, on_session_engine
     assert main(["chat", "--max-tokens", "2"]) == 0
     assert len(on_session_engine) == 1
     assert "Fix this:\n    x = 1\n  y = 2<|im_end|>" in _text(engine, on_session_engine[0])
+
+
+# --- --verbose -------------------------------------------------------------------------------
+
+
+def _block(err: str) -> dict[str, str]:
+    return dict(line.split(":", 1) for line in err.splitlines() if ":" in line)
+
+
+def test_run_verbose_prints_ollama_s_timing_block(capsys, engine):
+    """Ollama's `run --verbose` numbers, on stderr: counts that add up to what was computed."""
+    assert main(["run", "--verbose", "--max-tokens", "6", "--temperature", "0",
+                 "Count from one to ten."]) == 0
+    captured = capsys.readouterr()
+    block = _block(captured.err)
+    for name in ("total duration", "load duration", "prompt eval count", "prompt eval duration",
+                 "prompt eval rate", "eval count", "eval duration", "eval rate"):
+        assert name in block, captured.err
+    prompt = len(engine.encode(engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Count from one to ten."}], add_generation_prompt=True,
+        tokenize=False)))
+    cached = int(block.get("prompt cached", "0 token(s)").split()[0])
+    assert int(block["prompt eval count"].split()[0]) + cached == prompt
+    assert int(block["eval count"].split()[0]) == 5  # 6 tokens: the first comes with the prompt
+    assert captured.out.strip()  # the answer stays on stdout
+
+
+def test_chat_verbose_times_every_answer_and_counts_the_cached_history(monkeypatch, capsys,
+                                                                      engine):
+    _stdin(monkeypatch, "My name is Ada.\nWhat is my name?\n")
+    assert main(["chat", "--verbose", "--max-tokens", "4", "--temperature", "0"]) == 0
+    err = capsys.readouterr().err
+    blocks = err.split("total duration:")[1:]
+    assert len(blocks) == 2
+    second = _block("total duration:" + blocks[1])
+    assert float(second["load duration"].strip().rstrip("µms")) == 0  # loaded once, first turn
+    assert int(second["prompt cached"].split()[0]) > 0  # the first turn from the prefix cache

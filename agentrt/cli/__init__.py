@@ -34,6 +34,7 @@ from agentrt.cli.repl import (
     render,
     system_messages,
 )
+from agentrt.cli.stats import AnswerTiming
 from agentrt.config import CpuDecodeThreads, DType, GGUFActivations, Quantization
 
 __all__ = ["main"]
@@ -99,6 +100,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--system", default=None, help="system prompt for the chat template")
 
 
+def _add_verbose_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verbose", "--stats", dest="verbose", action="store_true",
+                        help="after each answer, print its timings on stderr as Ollama's "
+                             "--verbose does (load, prompt eval and eval counts, durations, "
+                             "rates)")
+
+
 class _UsageError(ValueError):
     """A bad argument found after parsing; reported as argparse reports its own (status 2)."""
 
@@ -126,20 +134,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Answer one prompt, streaming the reply to stdout. The prompt is the argument, or stdin
     when the argument is left out or is -."""
     text, params = _prompt(args), _params(args)
+    start = time.perf_counter()
     engine = _engine(args)
-    start, n = time.perf_counter(), 0
+    timing = AnswerTiming(load_s=time.perf_counter() - start)
     try:
         prompt = text if args.raw else render(
             engine, system_messages(args.system) + [{"role": "user", "content": text.strip()}])
         for delta in engine.stream(prompt, params):
-            n += len(delta.token_ids)
-            print(delta.text, end="", flush=True)
+            print(timing.see(delta).text, end="", flush=True)
     finally:
         engine.close()
-    elapsed = time.perf_counter() - start
     print()
-    if args.stats:
-        print(f"[{n} tokens in {elapsed:.2f} s, {n / elapsed:.1f} tok/s]", file=sys.stderr)
+    if args.verbose:
+        timing.print()
     return 0
 
 
@@ -163,7 +170,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     a file each line is a message and stdout holds only the answers, each ending with a
     newline."""
     params = _params(args)
+    start = time.perf_counter()
     engine = _engine(args)
+    load_s = time.perf_counter() - start  # reported with the first answer, as Ollama does
     tty = sys.stdin.isatty()
     if tty:
         print("agentrt chat: /? for help, /bye or Ctrl-D to quit", file=sys.stderr)
@@ -174,7 +183,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 if not chat_command(line, messages, args.system):
                     break
             elif line:
-                chat_turn(engine, params, messages, line, tty)
+                timing = AnswerTiming(load_s) if args.verbose else None
+                if chat_turn(engine, params, messages, line, tty, timing):
+                    load_s = 0.0
     finally:
         engine.close()
     return 0
@@ -375,11 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "from stdin")
     run.add_argument("--raw", action="store_true",
                      help="send the prompt as raw text, without the chat template")
-    run.add_argument("--stats", action="store_true", help="print token count and speed")
+    _add_verbose_arg(run)
     _add_model_args(run)
     chat = sub.add_parser("chat", help=COMMANDS["chat"][1], epilog=CHAT_EPILOG,
                           description=inspect.cleandoc(cmd_chat.__doc__ or ""),
                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_verbose_arg(chat)
     _add_model_args(chat)
     serve = sub.add_parser("serve", help=COMMANDS["serve"][1], epilog=_SERVE_EPILOG,
                            description=inspect.cleandoc(cmd_serve.__doc__ or ""),

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from agentrt.cli.stats import AnswerTiming
+
 __all__ = ["CHAT_EPILOG", "chat_command", "chat_turn", "read_message", "render",
            "system_messages"]
 
@@ -84,26 +86,31 @@ def chat_command(line: str, messages: list[dict[str, str]], system: str | None) 
     return True
 
 
-def chat_turn(engine, params, messages: list[dict[str, str]], line: str, tty: bool) -> None:
+def chat_turn(engine, params, messages: list[dict[str, str]], line: str, tty: bool,
+              timing: AnswerTiming | None = None) -> bool:
     """Answer one message; the turn joins the conversation only when its answer is whole (a
-    Ctrl-C or a conversation over the context leaves it as it was)."""
+    Ctrl-C or a conversation over the context leaves it as it was). With ``timing``
+    (``--verbose``) its numbers follow the answer on stderr. True when answered."""
     turn = [*messages, {"role": "user", "content": line}]
     if tty:
         print("assistant> ", end="", flush=True)
     parts: list[str] = []
     try:
         with contextlib.closing(engine.stream(render(engine, turn), params)) as deltas:
-            parts.extend(_echo(delta.text) for delta in deltas)
+            parts.extend(_echo((timing.see(d) if timing else d).text) for d in deltas)
     except KeyboardInterrupt:
         print()
         print("(answer interrupted)", file=sys.stderr)
-        return
+        return False
     except ValueError as exc:  # the conversation no longer fits the context
         print()
         print(f"agentrt: error: {exc} (/clear starts over)", file=sys.stderr)
-        return
+        return False
     print()
     messages[:] = [*turn, {"role": "assistant", "content": "".join(parts)}]
+    if timing is not None:
+        timing.print()
+    return True
 
 
 
