@@ -131,7 +131,8 @@ class ChatAgentRT(BaseChatModel):
         params = LangSmithParams(ls_provider="agentrt", ls_model_type="chat",
                                  ls_model_name=kwargs.get("model") or self.resolved_model_name,
                                  ls_temperature=kwargs.get("temperature", self.temperature))
-        max_tokens = kwargs.get("max_tokens", self.max_tokens)
+        max_tokens = kwargs.get("max_tokens", kwargs.get("max_completion_tokens",
+                                                          self.max_tokens))
         if max_tokens is not None:
             params["ls_max_tokens"] = max_tokens
         if stop or self.stop:

@@ -48,6 +48,8 @@ def test_max_completion_tokens_is_max_tokens_as_in_chatopenai(engine, llm):
     assert llm.invoke(QUESTION, max_completion_tokens=2).usage_metadata["output_tokens"] == 2
     with pytest.raises(ValueError, match="max_tokens=2 and max_completion_tokens=3"):
         llm.invoke(QUESTION, max_tokens=2, max_completion_tokens=3)
+    # LangSmith's tracing metadata names the limit given under either name
+    assert llm._get_ls_params(max_completion_tokens=2)["ls_max_tokens"] == 2
 
 
 def test_usage_reports_the_prompt_tokens_read_from_the_prefix_cache(llm):
