@@ -9,8 +9,10 @@ index) and before any model-written input runs. Layers, strongest first (see doc
    Python installation, the installed packages and imported modules on ``sys.path`` -- never a
    whole folder of the caller's, such as its script folder -- and the working folder; no
    ``execve``; no TCP; no signals
-   out of the sandbox; no mount changes), when the kernel has it, a seccomp filter that
-   refuses every new process (:mod:`agentrt.agent.seccomp`), and no capability left (a worker
+   out of the sandbox; no mount changes), when the kernel has it, a seccomp filter
+   (:mod:`agentrt.agent.seccomp`: no namespace, mount or ptrace calls, no uncounted memory,
+   signals and scheduling only on itself; no new process unless ``deny_spawn=False``, and then
+   children stay in its namespaces and process group), and no capability left (a worker
    started as root could otherwise set the host's name or clock);
 2. resource limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` (per call), ``RLIMIT_FSIZE``,
    ``RLIMIT_CORE`` = 0, ``RLIMIT_NPROC`` = 0 (ignored for root);
@@ -160,8 +162,11 @@ class SandboxReport:
 
     landlock_abi: int = 0
     network_namespace: bool = False
-    #: the seccomp filter that refuses new processes is installed
-    seccomp: bool = False
+    #: the rules of the seccomp filter installed (:func:`agentrt.agent.seccomp.rules`), empty
+    #: if none: ``confinement``, ``memory``, ``scheduling``, ``process_group`` whenever it is on;
+    #: ``signals`` (only to itself and its group; left to Landlock where children are allowed
+    #: and Landlock scopes signals), ``sockets`` (``deny_network``), ``spawn`` (``deny_spawn``)
+    seccomp: tuple[str, ...] = ()
     audit_hook: bool = False
     rlimits: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -237,7 +242,9 @@ def apply_sandbox(
         abi = _landlock(config, workdir, notes)
     if config.use_kernel and not config.is_off:
         _drop_capabilities(notes)  # NOTE: after the namespaces and mounts, which need them
-    no_spawn = config.deny_spawn and config.use_kernel and _seccomp(notes, config.deny_network)
+    filter_rules: tuple[str, ...] = ()
+    if config.use_kernel and not config.is_off:
+        filter_rules = _seccomp(notes, config, signals_scoped=abi >= 6)
     hook = not config.is_off
     quota: Literal["tmpfs", "audit_hook", "none"] = "none"
     mount = mount or WorkdirMount(False)
@@ -251,7 +258,7 @@ def apply_sandbox(
         _install_audit_hook(
             config, _read_roots(config, workdir), _write_roots(config, workdir), max_bytes
         )
-    return SandboxReport(abi, netns, no_spawn, hook, rlimits, tuple(notes), quota)
+    return SandboxReport(abi, netns, filter_rules, hook, rlimits, tuple(notes), quota)
 
 
 def worker_environment(workdir: Path, passed: dict[str, str]) -> dict[str, str]:
@@ -400,14 +407,16 @@ def _drop_capabilities(notes: list[str]) -> None:
         notes.append(f"capabilities kept: {exc}")
 
 
-def _seccomp(notes: list[str], deny_sockets: bool) -> bool:
+def _seccomp(notes: list[str], config: SandboxConfig, signals_scoped: bool) -> tuple[str, ...]:
     try:
-        if seccomp.deny_spawn(deny_sockets=deny_sockets, own_pid=os.getpid()):
-            return True
-        notes.append("no seccomp filter for this architecture")
+        rules = seccomp.install(deny_spawn=config.deny_spawn, deny_sockets=config.deny_network,
+                                own_pid=os.getpid(), signals_scoped=signals_scoped)
+        if not rules:
+            notes.append("no seccomp filter for this architecture")
+        return rules
     except OSError as exc:
         notes.append(f"seccomp refused: {exc}")
-    return False
+    return ()
 
 
 def _read_roots(config: SandboxConfig, workdir: Path) -> tuple[str, ...]:

@@ -1,12 +1,16 @@
-"""A seccomp filter that leaves a tool worker no way to start another process or to loosen its
-confinement.
+"""A seccomp filter that leaves a tool worker no way to loosen its confinement, reach other
+processes or (unless allowed) start another process.
 
 The audit hook in :mod:`agentrt.agent.sandbox` stops ``os.fork`` and friends, but plain Python can
 reach the raw primitives (``_posixsubprocess.fork_exec``, a ``preexec_fn``), and native code
 ignores audit hooks altogether. This filter is checked by the kernel on every system call of the
 worker and of all its threads, for good:
 
-- ``fork``, ``vfork``, ``execve``, ``execveat``: refused with ``EPERM``;
+- with ``deny_spawn`` (the default): ``fork``, ``vfork``, ``execve``, ``execveat``: refused
+  with ``EPERM``; without it, children may be started, but in the worker's namespaces (``clone``
+  with a ``CLONE_NEW*`` flag: ``EPERM``) and process group (below);
+- ``setsid`` and ``setpgid``: ``EPERM`` -- a child stays in the worker's process group, which
+  ``close_session`` kills whole;
 - what would change the worker's view of the system once it is set up: ``unshare``, ``setns``,
   ``mount``, ``umount2``, ``pivot_root``, ``chroot`` and the new mount API (``open_tree``,
   ``move_mount``, ``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``) -- the
@@ -29,16 +33,20 @@ worker and of all its threads, for good:
   ``ioprio_set`` and ``prlimit64`` are allowed only on the worker itself (pid 0; for
   ``setpriority`` and ``ioprio_set``, ``PRIO_PROCESS`` / ``IOPRIO_WHO_PROCESS`` too), else
   ``EPERM`` -- model code could otherwise idle, pin or renice the engine;
-- with ``own_pid`` (the worker's): signals only to itself -- ``kill`` to ``own_pid`` or 0 (its
-  own process group), ``tkill``, ``tgkill``, ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo`` and
-  ``pidfd_open`` on ``own_pid``, else ``EPERM`` (Landlock scopes signals from ABI 6 only);
-- ``clone``: allowed only with ``CLONE_THREAD`` (a new thread of this process), else ``EPERM``;
+- with ``own_pid`` (the worker's): signals only to itself -- ``kill`` to ``own_pid``, 0 or
+  ``-own_pid`` (its own process group: itself and its children), ``tkill``, ``tgkill``,
+  ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo`` and ``pidfd_open`` on ``own_pid``, else ``EPERM``
+  (Landlock scopes signals from ABI 6 only). Where children are allowed and Landlock scopes
+  signals (to the worker and its children, whose pids a filter cannot know), this rule is left
+  to Landlock; without that scoping, children are signalled through the group only;
+- ``clone``: with ``deny_spawn`` allowed only with ``CLONE_THREAD`` (a new thread of this
+  process), else ``EPERM``;
 - ``clone3``: ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; the C library
   then falls back to ``clone``, which the rule above checks);
 - a system call of another ABI (x32, or 32-bit calls on x86-64): ``EPERM``.
 
 Everything else is allowed: files, network and signals are Landlock's and the namespace's job.
-x86-64 and aarch64 are supported; elsewhere :func:`deny_spawn` is a no-op that returns False.
+x86-64 and aarch64 are supported; elsewhere :func:`install` is a no-op that returns ``()``.
 """
 
 from __future__ import annotations
@@ -48,12 +56,14 @@ import errno
 import platform
 import struct
 
-__all__ = ["deny_spawn", "is_supported"]
+__all__ = ["deny_spawn", "install", "is_supported", "rules"]
 
 _PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _CLONE_THREAD = 0x00010000
+#: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+_CLONE_NEW_NAMESPACES = 0x7E020000
 
 # classic BPF opcodes
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K, _AND_K = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
@@ -66,10 +76,12 @@ _X32_BIT = 0x40000000
 
 
 class _Abi:
-    def __init__(self, arch: int, seccomp: int, clone: int, clone3: int,
+    def __init__(self, arch: int, seccomp: int, clone: int, clone3: int, spawn: tuple[int, ...],
                  denied: tuple[int, ...], self_only: dict[int, tuple[tuple[int, int], ...]],
                  sockets: tuple[int, int], signals: tuple[int, ...], x32: bool) -> None:
         self.arch, self.seccomp, self.clone, self.clone3 = arch, seccomp, clone, clone3
+        #: fork, vfork, execve, execveat (refused only when spawning is denied)
+        self.spawn = spawn
         self.socket, self.socketpair = sockets
         #: kill, then the calls whose first argument is the target process (or thread group)
         self.kill, self.signal_calls = signals[0], signals[1:]
@@ -98,8 +110,9 @@ _ABIS = {
     # init_module=175, delete_module=176, add_key=248, request_key=249, keyctl=250,
     # kexec_load=246, unshare=272, perf_event_open=298, setns=308, process_vm_readv=310,
     # process_vm_writev=311, finit_module=313, kexec_file_load=320, bpf=321, userfaultfd=323
-    "x86_64": _Abi(0xC000003E, 317, 56, 435, (
-        57, 58, 59, 322, 101, 155, 161, 165, 166, 175, 176, 248, 249, 250, 246, 272, 298, 308,
+    "x86_64": _Abi(0xC000003E, 317, 56, 435, (57, 58, 59, 322), (
+        # setpgid=109, setsid=112
+        109, 112, 101, 155, 161, 165, 166, 175, 176, 248, 249, 250, 246, 272, 298, 308,
         310, 311, 313, 320, 321, 323, *_GENERIC_DENIED,
         # memfd_create=319; shmget=29, shmat=30, shmctl=31, semget=64, semop=65, semctl=66,
         # shmdt=67, msgget=68, msgsnd=69, msgrcv=70, msgctl=71, semtimedop=220
@@ -115,8 +128,9 @@ _ABIS = {
     # init_module=105, delete_module=106, ptrace=117, add_key=217, request_key=218,
     # keyctl=219, perf_event_open=241, setns=268, process_vm_readv=270,
     # process_vm_writev=271, finit_module=273, bpf=280, userfaultfd=282, kexec_file_load=294
-    "aarch64": _Abi(0xC00000B7, 277, 220, 435, (
-        221, 281, 39, 40, 41, 51, 97, 104, 105, 106, 117, 217, 218, 219, 241, 268, 270, 271,
+    "aarch64": _Abi(0xC00000B7, 277, 220, 435, (221, 281), (
+        # setpgid=154, setsid=157
+        154, 157, 39, 40, 41, 51, 97, 104, 105, 106, 117, 217, 218, 219, 241, 268, 270, 271,
         273, 280, 282, 294, *_GENERIC_DENIED,
         # memfd_create=279; msgget=186 ... shmdt=197 (msgctl, msgrcv, msgsnd, semget, semctl,
         # semtimedop, semop, shmget, shmctl, shmat)
@@ -136,7 +150,8 @@ def is_supported() -> bool:
 
 
 def _program(
-    abi: _Abi, deny_sockets: bool = False, own_pid: int | None = None
+    abi: _Abi, deny_spawn: bool = True, deny_sockets: bool = False,
+    own_pid: int | None = None, signals_scoped: bool = False,
 ) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions; jumps are relative to the next one."""
     eperm = _RET_ERRNO | errno.EPERM
@@ -148,18 +163,20 @@ def _program(
     ]
     if abi.x32:
         prog += [(_JGE_K, 0, 1, _X32_BIT), (_RET_K, 0, 0, eperm)]
-    for nr in abi.denied:
+    for nr in (*abi.spawn, *abi.denied) if deny_spawn else abi.denied:
         prog += [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, eperm)]
     for nr, checks in abi.self_only.items():
         prog += _only_if(nr, checks, eperm)
-    if own_pid is not None:
+    if _restricts_signals(deny_spawn, own_pid, signals_scoped):
+        assert own_pid is not None
         for nr in abi.signal_calls:
             prog += _only_if(nr, ((0, own_pid),), eperm)
         prog += [
-            (_JEQ_K, 0, 5, abi.kill),
+            (_JEQ_K, 0, 6, abi.kill),
             (_LD_W_ABS, 0, 0, _ARG0_LOW),
-            (_JEQ_K, 2, 0, own_pid),
-            (_JEQ_K, 1, 0, 0),
+            (_JEQ_K, 3, 0, own_pid),
+            (_JEQ_K, 2, 0, 0),
+            (_JEQ_K, 1, 0, (-own_pid) & 0xFFFFFFFF),  # its own process group
             (_RET_K, 0, 0, eperm),
             (_RET_K, 0, 0, _RET_ALLOW),
         ]
@@ -174,15 +191,31 @@ def _program(
             (_RET_K, 0, 0, eperm),
         ]
     prog += [(_JEQ_K, 0, 1, abi.clone3), (_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
-    prog += [
-        (_JEQ_K, 0, 4, abi.clone),
-        (_LD_W_ABS, 0, 0, _ARG0_LOW),  # clone's flags (low 32 bits)
-        (_JSET_K, 0, 1, _CLONE_THREAD),
-        (_RET_K, 0, 0, _RET_ALLOW),
-        (_RET_K, 0, 0, eperm),
-        (_RET_K, 0, 0, _RET_ALLOW),
-    ]
+    prog += [(_JEQ_K, 0, 4, abi.clone), (_LD_W_ABS, 0, 0, _ARG0_LOW)]  # clone's flags (low 32)
+    if deny_spawn:  # a thread of this process only
+        prog += [(_JSET_K, 0, 1, _CLONE_THREAD), (_RET_K, 0, 0, _RET_ALLOW)]
+    else:  # a thread or a child, in this process's namespaces
+        prog += [(_JSET_K, 1, 0, _CLONE_NEW_NAMESPACES), (_RET_K, 0, 0, _RET_ALLOW)]
+    prog += [(_RET_K, 0, 0, eperm), (_RET_K, 0, 0, _RET_ALLOW)]
     return prog
+
+
+def _restricts_signals(deny_spawn: bool, own_pid: int | None, signals_scoped: bool) -> bool:
+    """With children allowed and Landlock scoping signals (to the worker and its children, which
+    the filter cannot tell by pid), the filter leaves signals to Landlock."""
+    return own_pid is not None and (deny_spawn or not signals_scoped)
+
+
+def rules(*, deny_spawn: bool = True, deny_sockets: bool = False, own_pid: int | None = None,
+          signals_scoped: bool = False) -> tuple[str, ...]:
+    """The names of the rules :func:`install` puts on with these arguments (see the module
+    docstring): ``confinement``, ``memory``, ``scheduling``, ``process_group`` always;
+    ``signals``, ``sockets``, ``spawn`` as asked."""
+    names = ["confinement", "memory", "scheduling", "process_group"]
+    names += ["signals"] if _restricts_signals(deny_spawn, own_pid, signals_scoped) else []
+    names += ["sockets"] if deny_sockets else []
+    names += ["spawn"] if deny_spawn else []
+    return tuple(names)
 
 
 def _only_if(nr: int, checks: tuple[tuple[int, int], ...], refusal: int) -> list:
@@ -200,18 +233,23 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def deny_spawn(*, deny_sockets: bool = False, own_pid: int | None = None) -> bool:
-    """Install the filter on every thread of this process, for good; False if unsupported.
+def install(*, deny_spawn: bool = True, deny_sockets: bool = False,
+            own_pid: int | None = None, signals_scoped: bool = False) -> tuple[str, ...]:
+    """Install the filter on every thread of this process (and every child it starts), for
+    good; return the names of its rules (:func:`rules`), or ``()`` if unsupported.
 
-    ``deny_sockets``: refuse new sockets too (but connected stream pairs); ``own_pid``: this
-    process's id, the only target of its signals.
+    ``deny_spawn``: refuse new processes and ``execve``; else children may be started (in this
+    process's namespaces and process group). ``deny_sockets``: refuse new sockets too (but
+    connected stream pairs). ``own_pid``: this process's id; its signals go only to itself and
+    its process group -- unless children are allowed and ``signals_scoped`` (Landlock already
+    scopes signals to this process and its children, whose pids the filter cannot know).
 
     Raises ``OSError`` if the kernel refuses the filter.
     """
     abi = _ABIS.get(platform.machine())
     if abi is None:
-        return False
-    prog = _program(abi, deny_sockets, own_pid)
+        return ()
+    prog = _program(abi, deny_spawn, deny_sockets, own_pid, signals_scoped)
     code = b"".join(struct.pack("=HBBI", *insn) for insn in prog)
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(prog), ctypes.cast(buffer, ctypes.c_void_p))
@@ -225,7 +263,13 @@ def deny_spawn(*, deny_sockets: bool = False, own_pid: int | None = None) -> boo
     )
     if result != 0:
         _raise(ctypes.get_errno() or errno.EINVAL)
-    return True
+    return rules(deny_spawn=deny_spawn, deny_sockets=deny_sockets, own_pid=own_pid,
+                 signals_scoped=signals_scoped)
+
+
+def deny_spawn(*, deny_sockets: bool = False, own_pid: int | None = None) -> bool:
+    """:func:`install` with new processes refused; False if unsupported."""
+    return bool(install(deny_spawn=True, deny_sockets=deny_sockets, own_pid=own_pid))
 
 
 def _raise(code: int) -> None:
