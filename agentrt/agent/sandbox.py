@@ -14,7 +14,8 @@ index) and before any model-written input runs. Layers, strongest first (see doc
    signals and scheduling only on itself; no new process unless ``deny_spawn=False``, and then
    children stay in its namespaces and process group), and no capability left (a worker
    started as root could otherwise set the host's name or clock);
-2. resource limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` (per call), ``RLIMIT_FSIZE``,
+2. resource limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU`` (soft: per call; hard: per session),
+   ``RLIMIT_FSIZE``,
    ``RLIMIT_CORE`` = 0, ``RLIMIT_NPROC`` = 0 (ignored for root);
 3. a ``sys.addaudithook`` hook that turns file access outside the folder, sockets, process
    spawning, ``ctypes`` calls, signals and limit changes into ``PermissionError`` with a clear
@@ -107,6 +108,9 @@ class SandboxConfig:
     max_wall_s: float | None = 30.0
     #: CPU seconds per call (RLIMIT_CPU, soft; SIGXCPU raises ResourceLimitError)
     max_cpu_s: float | None = 10.0
+    #: CPU seconds the worker may use in all, calls and threads left running between them
+    #: (RLIMIT_CPU, hard: the kernel kills the worker there; the session restarts fresh)
+    max_session_cpu_s: float | None = 300.0
     #: address space the worker may add on top of its size at start (RLIMIT_AS)
     max_memory_mb: int | None = 1024
     #: largest file the worker may write (RLIMIT_FSIZE)
@@ -146,9 +150,9 @@ class SandboxConfig:
     def off(cls) -> SandboxConfig:
         """No isolation beyond the process itself (trusted tools, e.g. LangChain ones)."""
         return cls(
-            max_wall_s=None, max_cpu_s=None, max_memory_mb=None, max_file_mb=None,
-            max_workdir_mb=None, confine_files=False, deny_network=False, deny_spawn=False,
-            use_kernel=False,
+            max_wall_s=None, max_cpu_s=None, max_session_cpu_s=None, max_memory_mb=None,
+            max_file_mb=None, max_workdir_mb=None, confine_files=False, deny_network=False,
+            deny_spawn=False, use_kernel=False,
         )
 
     @property
@@ -314,7 +318,11 @@ def _apply_rlimits(config: SandboxConfig) -> tuple[str, ...]:
     if config.deny_spawn:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
         applied.append("RLIMIT_NPROC")
-    if config.max_cpu_s is not None:
+    if config.max_session_cpu_s is not None:  # NOTE: before the capabilities go: for good
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        hard = math.ceil(usage.ru_utime + usage.ru_stime + config.max_session_cpu_s)
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+    if config.max_cpu_s is not None or config.max_session_cpu_s is not None:
         begin_call(config)
         applied.append("RLIMIT_CPU")
     return tuple(applied)
