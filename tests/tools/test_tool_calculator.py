@@ -6,7 +6,7 @@ import pytest
 
 from agentrt.agent import ToolRuntime
 from agentrt.agent.parsers.base import Piece
-from agentrt_tools.calculator import evaluate, validate_prefix
+from agentrt_tools.calculator import PrefixValidator, evaluate, validate_prefix
 
 
 @pytest.mark.parametrize(
@@ -83,3 +83,41 @@ def test_huge_results_are_refused_fast_and_big_ones_are_printed():
         # past the interpreter's 4,300-digit str() limit, within the calculator's 10,000 digits
         assert rt.run("calculator", {"expression": "10 ** 5000"}).text == "1.000000000000000e+5000"
         assert rt.run("calculator", {"expression": "factorial(20)"}).text == "2432902008176640000"
+
+
+def test_streaming_validation_is_linear_in_the_expression():
+    """Each streamed part re-tokenized the whole expression: a 40,000-character expression
+    written a character at a time cost ~34 s of CPU (and hit the call's limits). Counting the
+    characters the tokenizer is given keeps the test free of timing."""
+    import agentrt_tools.calculator as calc
+
+    expression = "+".join(["(1.5*2)"] * 5_000)
+    validator, seen = calc.PrefixValidator(), []
+    original = calc._TOKEN
+
+    class Counting:
+        def match(self, text, pos):
+            seen.append(len(text) - pos)
+            return original.match(text, pos)
+
+    calc._TOKEN = Counting()
+    try:
+        assert all(validator.feed(c) is None for c in expression)
+    finally:
+        calc._TOKEN = original
+    assert sum(seen) < 10 * len(expression)
+    assert validator.feed(")") == "unbalanced ')'"
+    assert validator.feed("1") == "unbalanced ')'"  # refused for good
+
+
+def test_a_number_too_long_to_read_is_refused_while_written():
+    validator = PrefixValidator()
+    assert validator.feed("1" * 10_000) is None
+    assert "more than 10000 characters" in validator.feed("1")
+
+
+def test_a_power_with_a_huge_negative_exponent_is_a_tiny_number():
+    assert evaluate("e ** -10**9") == 0.0
+    assert evaluate("2 ** -3") == 0.125
+    with pytest.raises(ValueError, match="more than 10000 digits"):
+        evaluate("2 ** 10**9")
