@@ -36,9 +36,12 @@ worker and of all its threads, for good:
 - with ``own_pid`` (the worker's): signals only to itself -- ``kill`` to ``own_pid``, 0 or
   ``-own_pid`` (its own process group: itself and its children), ``tkill``, ``tgkill``,
   ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo`` and ``pidfd_open`` on ``own_pid``, else ``EPERM``
-  (Landlock scopes signals from ABI 6 only). Where children are allowed and Landlock scopes
-  signals (to the worker and its children, whose pids a filter cannot know), this rule is left
-  to Landlock; without that scoping, children are signalled through the group only;
+  (Landlock scopes signals from ABI 6 only); a file's signal owner (``fcntl`` F_SETOWN, whom
+  the kernel signals when the file is ready) only ``own_pid``, 0 or ``-own_pid``, and
+  F_SETOWN_EX, ``ioctl`` FIOSETOWN / SIOCSPGRP refused. Where children are allowed and
+  Landlock scopes signals (to the worker and its children, whose pids a filter cannot know),
+  these rules are left to Landlock; without that scoping, children are signalled through the
+  group only;
 - ``clone``: with ``deny_spawn`` allowed only with ``CLONE_THREAD`` (a new thread of this
   process), else ``EPERM``;
 - ``clone3``: ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; the C library
@@ -62,6 +65,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _CLONE_THREAD = 0x00010000
+_F_SETOWN, _F_SETOWN_EX, _FIOSETOWN, _SIOCSPGRP = 8, 15, 0x8901, 0x8902
 #: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 _CLONE_NEW_NAMESPACES = 0x7E020000
 
@@ -78,13 +82,16 @@ _X32_BIT = 0x40000000
 class _Abi:
     def __init__(self, arch: int, seccomp: int, clone: int, clone3: int, spawn: tuple[int, ...],
                  denied: tuple[int, ...], self_only: dict[int, tuple[tuple[int, int], ...]],
-                 sockets: tuple[int, int], signals: tuple[int, ...], x32: bool) -> None:
+                 sockets: tuple[int, int], signals: tuple[int, ...], x32: bool,
+                 fcntl_ioctl: tuple[int, int]) -> None:
         self.arch, self.seccomp, self.clone, self.clone3 = arch, seccomp, clone, clone3
         #: fork, vfork, execve, execveat (refused only when spawning is denied)
         self.spawn = spawn
         self.socket, self.socketpair = sockets
         #: kill, then the calls whose first argument is the target process (or thread group)
         self.kill, self.signal_calls = signals[0], signals[1:]
+        #: what names a file's signal owner (F_SETOWN, F_SETOWN_EX; FIOSETOWN, SIOCSPGRP)
+        self.fcntl, self.ioctl = fcntl_ioctl
         #: system call -> the (argument index, value) pairs that make it act on this process
         self.denied, self.self_only, self.x32 = denied, self_only, x32
 
@@ -122,7 +129,7 @@ _ABIS = {
         _self_only(141, 142, 144, 203, 251, 302, 314), (41, 53),  # socket, socketpair
         # kill=62, tkill=200, tgkill=234, rt_sigqueueinfo=129, rt_tgsigqueueinfo=297,
         # pidfd_open=434
-        (62, 200, 234, 129, 297, 434), True),
+        (62, 200, 234, 129, 297, 434), True, (72, 16)),  # fcntl, ioctl
     # AUDIT_ARCH_AARCH64; seccomp=277; clone=220, clone3=435; execve=221, execveat=281;
     # umount2=39, mount=40, pivot_root=41, chroot=51, unshare=97, kexec_load=104,
     # init_module=105, delete_module=106, ptrace=117, add_key=217, request_key=218,
@@ -140,7 +147,7 @@ _ABIS = {
         _self_only(140, 118, 119, 122, 30, 261, 274), (198, 199),  # socket, socketpair
         # kill=129, tkill=130, tgkill=131, rt_sigqueueinfo=138, rt_tgsigqueueinfo=240,
         # pidfd_open=434
-        (129, 130, 131, 138, 240, 434), False),
+        (129, 130, 131, 138, 240, 434), False, (25, 29)),  # fcntl, ioctl
 }
 
 
@@ -180,6 +187,7 @@ def _program(
             (_RET_K, 0, 0, eperm),
             (_RET_K, 0, 0, _RET_ALLOW),
         ]
+        prog += _signal_owner(abi, own_pid, eperm)
     if deny_sockets:
         prog += [(_JEQ_K, 0, 1, abi.socket), (_RET_K, 0, 0, eperm)]
         prog += [
@@ -198,6 +206,31 @@ def _program(
         prog += [(_JSET_K, 1, 0, _CLONE_NEW_NAMESPACES), (_RET_K, 0, 0, _RET_ALLOW)]
     prog += [(_RET_K, 0, 0, eperm), (_RET_K, 0, 0, _RET_ALLOW)]
     return prog
+
+
+def _signal_owner(abi: _Abi, own_pid: int, eperm: int) -> list[tuple[int, int, int, int]]:
+    """A file's signal owner (whom the kernel signals when it is ready, any signal with
+    F_SETSIG) only the worker itself: ``fcntl`` F_SETOWN to ``own_pid``, 0 or ``-own_pid``;
+    F_SETOWN_EX and the ``ioctl`` FIOSETOWN / SIOCSPGRP (the pid behind a pointer): EPERM."""
+    group = (-own_pid) & 0xFFFFFFFF
+    return [
+        (_JEQ_K, 0, 9, abi.fcntl),
+        (_LD_W_ABS, 0, 0, _ARG0_LOW + 8),  # the command
+        (_JEQ_K, 5, 0, _F_SETOWN_EX),
+        (_JEQ_K, 0, 5, _F_SETOWN),
+        (_LD_W_ABS, 0, 0, _ARG0_LOW + 16),  # the owner
+        (_JEQ_K, 3, 0, own_pid),
+        (_JEQ_K, 2, 0, 0),
+        (_JEQ_K, 1, 0, group),
+        (_RET_K, 0, 0, eperm),
+        (_RET_K, 0, 0, _RET_ALLOW),
+        (_JEQ_K, 0, 5, abi.ioctl),
+        (_LD_W_ABS, 0, 0, _ARG0_LOW + 8),  # the request
+        (_JEQ_K, 2, 0, _FIOSETOWN),
+        (_JEQ_K, 1, 0, _SIOCSPGRP),
+        (_RET_K, 0, 0, _RET_ALLOW),
+        (_RET_K, 0, 0, eperm),
+    ]
 
 
 def _restricts_signals(deny_spawn: bool, own_pid: int | None, signals_scoped: bool) -> bool:

@@ -287,6 +287,42 @@ def test_a_thread_spinning_between_calls_with_the_watchdog_switched_off_is_stopp
         assert rt.run("python_repl", {"code": "print('fresh')"}).text == "fresh\n"
 
 
+def without_signal_scoping():
+    """What an ABI 1-5 kernel does: Landlock scopes no signal."""
+    from functools import partial
+
+    from agentrt.agent import landlock, sandbox
+
+    sandbox.landlock.restrict = partial(landlock.restrict, scope_signals=False)
+
+
+@needs_seccomp
+def test_past_the_audit_hook_no_sigio_owner_outside_the_worker(tmp_path, neighbour):
+    """F_SETOWN (or F_SETOWN_EX, FIOSETOWN) names the process the kernel signals when a file is
+    ready -- any signal, with F_SETSIG: SIGKILL too -- and a same-user target passes every check
+    but Landlock's signal scoping (ABI 6): the seccomp rule on kill() was stepped around."""
+    import fcntl
+    import socket
+    import struct
+
+    def target(fd: int, owner: int) -> None:
+        fcntl.fcntl(fd, fcntl.F_SETOWN, owner)
+
+    def own_is_fine():
+        target(os.pipe()[0], os.getpid())
+        target(os.pipe()[0], 0)
+        raise PermissionError
+
+    refused = past_the_audit_hook(tmp_path, [
+        lambda: target(os.pipe()[0], neighbour),
+        lambda: target(os.pipe()[0], -neighbour),
+        lambda: fcntl.fcntl(os.pipe()[0], 15, struct.pack("iI", 1, neighbour)),  # F_SETOWN_EX
+        lambda: fcntl.ioctl(socket.socketpair()[0], 0x8901, struct.pack("i", neighbour)),
+        own_is_fine,
+    ], prepare=without_signal_scoping)  # 0x8901: FIOSETOWN
+    assert refused == [True] * 5
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -300,12 +336,6 @@ def test_past_the_audit_hook_a_kernel_without_signal_scoping_still_refuses_signa
     off by writing to the ``SandboxConfig`` it finds in the hook's traceback frame."""
     import signal
     import threading
-    from functools import partial
-
-    from agentrt.agent import landlock, sandbox
-
-    def without_signal_scoping():  # what an ABI 1-5 kernel does
-        sandbox.landlock.restrict = partial(landlock.restrict, scope_signals=False)
 
     def own_signals_work():
         os.kill(os.getpid(), 0)
