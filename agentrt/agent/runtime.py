@@ -112,10 +112,10 @@ class _Slot:
         if not log and limit is not None and self.cpu_mark is not None:
             # NOTE: the kernel's kill at RLIMIT_CPU's hard limit leaves no output and no
             # status the caller can read (the template reaps its workers)
-            detail = (f" without a word: the kernel stops a tool process once its session has "
+            detail = (f" and left no output, as when the kernel stops it because its session "
                       f"used {limit} s of CPU time (SandboxConfig.max_session_cpu_s; "
-                      f"{self.cpu_mark:.1f} s used when its latest call began, threads left "
-                      "running between calls count too); its session state is lost")
+                      f"{self.cpu_mark:.1f} s were used when its latest call began, and threads "
+                      "left running between calls count too); its session state is lost")
         return f"{self.tool.name}: the tool process died unexpectedly{detail}"
 
     def check_cpu(self) -> None:
