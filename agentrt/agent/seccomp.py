@@ -38,10 +38,11 @@ worker and of all its threads, for good:
   ``rt_sigqueueinfo``, ``rt_tgsigqueueinfo`` and ``pidfd_open`` on ``own_pid``, else ``EPERM``
   (Landlock scopes signals from ABI 6 only); a file's signal owner (``fcntl`` F_SETOWN, whom
   the kernel signals when the file is ready) only ``own_pid``, 0 or ``-own_pid``, and
-  F_SETOWN_EX, ``ioctl`` FIOSETOWN / SIOCSPGRP refused. Where children are allowed and
-  Landlock scopes signals (to the worker and its children, whose pids a filter cannot know),
-  these rules are left to Landlock; without that scoping, children are signalled through the
-  group only;
+  F_SETOWN_EX, ``ioctl`` FIOSETOWN / SIOCSPGRP and ``pidfd_send_signal`` (whose target, a
+  pidfd or an open ``/proc/<pid>`` folder, a filter cannot read) refused. Where children are
+  allowed and Landlock scopes signals (to the worker and its children, whose pids a filter
+  cannot know), these rules are left to Landlock; without that scoping, children are
+  signalled through the group only;
 - ``clone``: with ``deny_spawn`` allowed only with ``CLONE_THREAD`` (a new thread of this
   process), else ``EPERM``;
 - ``clone3``: ``ENOSYS`` (its flags sit behind a pointer the filter cannot read; the C library
@@ -65,6 +66,8 @@ _PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 _CLONE_THREAD = 0x00010000
+#: the same on every architecture; its target is a pidfd or an open /proc/<pid> folder
+_PIDFD_SEND_SIGNAL = 424
 _F_SETOWN, _F_SETOWN_EX, _FIOSETOWN, _SIOCSPGRP = 8, 15, 0x8901, 0x8902
 #: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 _CLONE_NEW_NAMESPACES = 0x7E020000
@@ -188,6 +191,7 @@ def _program(
             (_RET_K, 0, 0, _RET_ALLOW),
         ]
         prog += _signal_owner(abi, own_pid, eperm)
+        prog += [(_JEQ_K, 0, 1, _PIDFD_SEND_SIGNAL), (_RET_K, 0, 0, eperm)]
     if deny_sockets:
         prog += [(_JEQ_K, 0, 1, abi.socket), (_RET_K, 0, 0, eperm)]
         prog += [

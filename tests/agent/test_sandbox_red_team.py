@@ -17,6 +17,7 @@ from agentrt.agent import SandboxConfig, ToolRuntime, seccomp
 from agentrt_tools.python_repl import PythonReplTool
 
 LIMITS = SandboxConfig(max_cpu_s=5, max_wall_s=20, max_memory_mb=512)
+KERNEL_CONFIG = SandboxConfig(max_workdir_mb=None)  # past_the_audit_hook's
 needs_seccomp = pytest.mark.skipif(not seccomp.is_supported(),
                                    reason="no seccomp filter for this machine")
 
@@ -150,7 +151,8 @@ def test_past_the_audit_hook_no_socket_reaches_the_callers_unix_sockets(tmp_path
     assert refused == [True] * 5
 
 
-def past_the_audit_hook(tmp_path, attacks, prepare=lambda: None) -> list[bool]:
+def past_the_audit_hook(tmp_path, attacks, prepare=lambda: None,
+                        config=KERNEL_CONFIG) -> list[bool]:
     """Run ``attacks`` in a forked child under the worker's sandbox with its audit hook bypassed
     (a no-op; ``prepare`` runs first): only the kernel layers stand. Whether each raised
     PermissionError."""
@@ -165,7 +167,7 @@ def past_the_audit_hook(tmp_path, attacks, prepare=lambda: None) -> list[bool]:
             os.close(read)
             sandbox._install_audit_hook = lambda *args: None
             prepare()
-            sandbox.apply_sandbox(SandboxConfig(max_workdir_mb=None), workdir)
+            sandbox.apply_sandbox(config, workdir)
             results = []
             for attack in attacks:
                 try:
@@ -321,6 +323,28 @@ def test_past_the_audit_hook_no_sigio_owner_outside_the_worker(tmp_path, neighbo
         own_is_fine,
     ], prepare=without_signal_scoping)  # 0x8901: FIOSETOWN
     assert refused == [True] * 5
+
+
+@needs_seccomp
+def test_past_the_audit_hook_no_pidfd_of_proc_signals_the_caller(tmp_path, neighbour):
+    """pidfd_send_signal takes a pidfd or an open /proc/<pid> folder: where files are not
+    confined (confine_files=False) and Landlock scopes no signal, that stepped around the rules
+    on kill() and pidfd_open."""
+    import signal
+
+    def proc_fd(pid: int) -> int:
+        return os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+
+    def own_kill_works():
+        os.kill(os.getpid(), 0)
+        raise PermissionError
+
+    refused = past_the_audit_hook(tmp_path, [
+        lambda: signal.pidfd_send_signal(proc_fd(neighbour), 0),
+        own_kill_works,
+    ], prepare=without_signal_scoping, config=SandboxConfig(
+        max_workdir_mb=None, confine_files=False))
+    assert refused == [True, True]
 
 
 def cpu_seconds(pid: int) -> float:
