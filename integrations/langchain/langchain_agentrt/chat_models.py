@@ -18,6 +18,7 @@ from typing import Any, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
+from langchain_core.load import dumpd
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
@@ -95,10 +96,48 @@ class ChatAgentRT(BaseChatModel):
     ``chat_template_kwargs`` (Qwen3: ``{"enable_thinking": False}``); also per call."""
 
     # --- LangChain metadata --------------------------------------------------------------------
-    # NOTE: not lc-serializable: langchain_core.load only loads classes in its own mapping.
     @property
     def _llm_type(self) -> str:
         return "agentrt"
+
+    # --- serialization (langchain_core.load) ---------------------------------------------------
+    @classmethod
+    def is_lc_serializable(cls) -> bool:
+        """True: ``dumpd`` / ``dumps`` write the constructor options (what callbacks receive
+        as ``serialized["kwargs"]``), and ``load(..., valid_namespaces=["langchain_agentrt"],
+        allowed_objects=[ChatAgentRT])`` rebuilds the model from them."""
+        return True
+
+    @classmethod
+    def get_lc_namespace(cls) -> list[str]:
+        """``["langchain_agentrt", "chat_models"]``: the module ``load`` imports."""
+        return ["langchain_agentrt", "chat_models"]
+
+    @property
+    def lc_attributes(self) -> dict[str, Any]:
+        """Written even at their defaults: ``model_name`` (None = the embedded default model,
+        whatever ``$AGENTRT_MODEL`` the loader has; with ``engine=``, the engine's model) and
+        ``temperature``. An ``engine`` or ``backend`` (a running resource) is written as
+        LangChain's ``not_implemented``: ``load`` refuses it, naming its class, or with
+        ``ignore_unserializable_fields=True`` runs the shared engine of ``model_name``. The
+        ``api_key`` is never written."""
+        attributes: dict[str, Any] = {"model_name": self.model_name,
+                                      "temperature": self.temperature}
+        if self.engine is not None:
+            attributes.update(model_name=self.engine.config.model, engine=self.engine)
+        if self.backend is not None:
+            attributes["backend"] = self.backend
+        return attributes
+
+    @property
+    def _serialized(self) -> dict[str, Any]:
+        # NOTE: BaseChatModel caches this per instance: a model_copy(update=...) or an assigned
+        # option then reached callbacks and the LLM cache key with the old options
+        return dumpd(self)
+
+    def _get_llm_string(self, stop: list[str] | None = None, **kwargs: Any) -> str:
+        # NOTE: the serialized form leaves the backend out: the model it serves keys the cache
+        return f"{super()._get_llm_string(stop=stop, **kwargs)}---{self.resolved_model_name}"
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
