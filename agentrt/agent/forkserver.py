@@ -81,10 +81,12 @@ class ProcessWorker:
 
     def kill(self) -> None:
         """Stop the worker and everything in its process group now (SIGKILL)."""
-        # NOTE: the group outlives its leader while any member is left; Linux reuses no pid
-        # that is still some group's id, so this cannot hit an unrelated process group.
+        # NOTE: the group outlives its leader while any member is left, and Linux reuses no pid
+        # that is still some group's id; but once the leader and its group are gone, the pid
+        # may lead an unrelated process's group: not signalled (_pid_reused).
         try:
-            os.killpg(self.pid, signal.SIGKILL)
+            if not self._pid_reused():
+                os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         try:
@@ -114,11 +116,27 @@ class ProcessWorker:
         """CPU time the worker (all its threads) has used, as the kernel counts it; None if it
         cannot be read (the worker is gone, no ``/proc``)."""
         try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            fields = self._stat()
+            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             return None
+        # NOTE: read first, checked after: alive then, the pid was still the worker's
+        return None if self._pidfd is not None and not self.is_alive else seconds
+
+    def _stat(self) -> list[bytes]:
+        """The fields of ``/proc/<pid>/stat`` after the command name (state first)."""
+        with open(f"/proc/{self.pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+
+    def _pid_reused(self) -> bool:
+        """Whether the (dead) worker's pid now belongs to another process: a live process, not
+        the worker's own zombie. False while the worker lives or where no pidfd tells."""
+        if self._pidfd is None or self.is_alive:
+            return False
+        try:
+            return self._stat()[0] != b"Z"
+        except (OSError, IndexError):
+            return False  # no such process: a group left by the worker can still be killed
 
     def tail(self) -> str:
         """The end of what the worker wrote to its fds 1 and 2 (bounded, never through a path)."""
