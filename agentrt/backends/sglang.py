@@ -147,6 +147,12 @@ class SGLangBackend(Backend):
         self.session_capacity = session_capacity
         self._sessions: dict[str, _Session] = {}
 
+    def __repr__(self) -> str:
+        """The server and model, never the key (traces and LangChain's serialized records
+        show it)."""
+        keyed = ", api_key=***" if self._options["headers"] else ""
+        return f"SGLangBackend(url={self.url!r}, model={self._model!r}{keyed})"
+
     @property
     def headers(self) -> dict[str, str]:
         """The headers every call sends: ``Authorization: Bearer <api_key>`` with a key (for a

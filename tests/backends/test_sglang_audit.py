@@ -331,3 +331,16 @@ def test_cumulative_text_that_shrinks_at_the_end_is_never_repeated():
     parser = ChunkParser("r")
     assert [parser.chunk(out(t, i + 1)).text for i, t in enumerate(["ab", "aX", "aXY"])] \
         == ["ab", "", "Y"]  # a changed character cannot be taken back: never repeated
+
+
+def test_repr_names_the_server_and_model_never_the_key():
+    """Traces (LangChain's serialized records of a ChatAgentRT on this backend) show the repr."""
+    keyed = get_backend("sglang", url="http://127.0.0.1:9/", model="qwen", api_key="s3cret")
+    plain = get_backend("sglang", url="http://127.0.0.1:9")
+    try:
+        assert repr(keyed) == "SGLangBackend(url='http://127.0.0.1:9', model='qwen', api_key=***)"
+        assert "s3cret" not in repr(keyed) and "s3cret" not in str(keyed)
+        assert repr(plain) == "SGLangBackend(url='http://127.0.0.1:9', model=None)"
+    finally:
+        keyed.close()
+        plain.close()
