@@ -35,7 +35,7 @@ MESSAGES = [
     FinishMsg(3),
     AbortMsg(3),
     CloseMsg(),
-    Opened(SandboxReport(7, True, True, True, ("RLIMIT_AS",), ("note",))),
+    Opened(SandboxReport(7, True, ("confinement", "spawn"), True, ("RLIMIT_AS",), ("note",))),
     Opened(None, "could not open"),
     Fed(3, 1, 1.5, 2.0, None),
     Finished(3, "42\n", False, 1.0, 2),
