@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 
@@ -13,3 +15,12 @@ def tokenizer():
     from agentrt.models.files import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model())
+
+
+@pytest.fixture()
+def neighbour():
+    """A process of the caller's (same user, own process group): what the engine would be."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield proc.pid
+    proc.kill()
+    proc.wait()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import subprocess
 import textwrap
 
 import pytest
@@ -20,13 +19,6 @@ pytestmark = pytest.mark.skipif(not seccomp.is_supported(),
 CHILDREN = SandboxConfig(max_cpu_s=5, max_wall_s=20, max_memory_mb=512, deny_spawn=False)
 
 
-@pytest.fixture()
-def neighbour():
-    """A process of the caller's (same user, own process group): what the engine would be."""
-    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    yield proc.pid
-    proc.kill()
-    proc.wait()
 
 
 def test_a_worker_with_children_allowed_keeps_the_other_rules(neighbour):

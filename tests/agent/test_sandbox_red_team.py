@@ -6,12 +6,12 @@ alone in a forked child)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from toy_tools import SPIN_UNWATCHED
 
 from agentrt.agent import SandboxConfig, ToolRuntime, seccomp
 from agentrt_tools.python_repl import PythonReplTool
@@ -28,13 +28,6 @@ def runtime():
         yield rt
 
 
-@pytest.fixture()
-def neighbour():
-    """A process of the caller's (same user, own process group): what the engine would be."""
-    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    yield proc.pid
-    proc.kill()
-    proc.wait()
 
 
 def run(runtime, code):
@@ -267,17 +260,7 @@ def test_a_thread_spinning_between_calls_with_the_watchdog_switched_off_is_stopp
     SIGXCPU), and a thread spun on a core the engine shares, session-long. The caller now checks
     the worker's CPU time (the kernel's count) when the next call starts."""
     with ToolRuntime([PythonReplTool(sandbox=SandboxConfig(max_cpu_s=1, max_wall_s=20))]) as rt:
-        obs = rt.run("python_repl", {"code": textwrap.dedent("""
-            import os, signal, threading
-            import agentrt_tools.python_repl as repl
-            repl._cpu_time = lambda: 0.0  # the watchdog sees no CPU spent
-            _ = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGXCPU})
-            def spin():
-                while True:
-                    pass
-            threading.Thread(target=spin, daemon=True).start()
-            print(os.getpid())
-        """)})
+        obs = rt.run("python_repl", {"code": SPIN_UNWATCHED})
         pid = int(obs.text)
         deadline = time.monotonic() + 60
         while cpu_seconds(pid) < 4 and time.monotonic() < deadline:

@@ -7,22 +7,11 @@ from __future__ import annotations
 
 import os
 import select
-import textwrap
+
+from toy_tools import SPIN_UNWATCHED as SPIN
 
 from agentrt.agent import SandboxConfig, ToolRuntime
 from agentrt_tools.python_repl import PythonReplTool
-
-SPIN = textwrap.dedent("""
-    import os, signal, threading
-    import agentrt_tools.python_repl as repl
-    repl._cpu_time = lambda: 0.0  # the watchdog sees no CPU spent
-    _ = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGXCPU})
-    def spin():
-        while True:
-            pass
-    threading.Thread(target=spin, daemon=True).start()
-    print(os.getpid())
-""")
 
 
 def test_a_thread_spinning_between_calls_is_stopped_at_the_session_cpu_limit():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,3 +82,18 @@ class ThreadAtOpenTool(EchoTool):
 class ThreadEchoTool(EchoTool):
     name: ClassVar[str] = "thread_echo"
     isolation: ClassVar[str] = "thread"
+
+
+SPIN_UNWATCHED = textwrap.dedent("""
+    import os, signal, threading
+    import agentrt_tools.python_repl as repl
+    repl._cpu_time = lambda: 0.0  # the watchdog sees no CPU spent
+    _ = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGXCPU})
+    def spin():
+        while True:
+            pass
+    threading.Thread(target=spin, daemon=True).start()
+    print(os.getpid())
+""")
+"""python_repl code that switches off the REPL's own watchdog and leaves a thread spinning
+between calls (prints the worker's pid): what only the caller's CPU checks can stop."""
