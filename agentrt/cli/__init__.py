@@ -313,10 +313,15 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
 def cmd_models(args: argparse.Namespace) -> int:
     """List the models on this machine that --model can name: the embedded default, Ollama's
     store ($OLLAMA_MODELS or ~/.ollama/models) and the Hugging Face cache ($HF_HUB_CACHE, or
-    $HF_HOME/hub, or ~/.cache/huggingface/hub). Reads file headers only; downloads nothing."""
-    from agentrt.models.sources import list_local_models
+    $HF_HOME/hub, or ~/.cache/huggingface/hub). Reads file headers only; downloads nothing.
+    A damaged entry (a manifest that does not parse, a missing blob, a broken link) is not
+    listed; a line on stderr names it and says why."""
+    from agentrt.models.sources import SkippedModel, list_local_models
 
-    found = list_local_models()
+    skipped: list[SkippedModel] = []
+    found = list_local_models(skipped=skipped)
+    for skip in skipped:
+        print(f"agentrt: skipped {skip.name} ({skip.path}): {skip.reason}", file=sys.stderr)
     if args.json:
         rows = [{**vars(m), "path": str(m.path)} for m in found]
         print(json.dumps(rows, indent=2))

