@@ -182,6 +182,7 @@ class Engine:
         except BaseException:
             for task in tasks:  # NOTE: gather leaves the others running; each aborts its own
                 task.cancel()
+            self._abort_all(reqs)  # and those already answered may be paused, holding KV
             raise
         return outs[0] if single else outs
 
@@ -406,7 +407,7 @@ class Engine:
     # --- collecting updates --------------------------------------------------------------------
     def _wait(self, reqs: list[Request], queues: list[queue.Queue]) -> list[RequestOutput]:
         """The outputs of ``reqs``, in order; whatever interrupts the wait (Ctrl-C, one
-        request's failure) aborts those not answered yet."""
+        request's failure) aborts them all: the caller gets none of their ids."""
         outs: list[RequestOutput] = []
         try:
             for req, q in zip(reqs, queues, strict=True):
@@ -414,10 +415,16 @@ class Engine:
                     pass
                 outs.append(self._output(req))
         except BaseException:
-            for req in reqs[len(outs):]:
-                self.abort(req.request_id)
+            self._abort_all(reqs)
             raise
         return outs
+
+    def _abort_all(self, reqs: list[Request]) -> None:
+        """Abort ``reqs`` whose call failed or was cancelled: those still running, and those
+        already answered but paused with their KV kept (``keep_kv``, a hook's pause), whose
+        ids never reach the caller."""
+        for req in reqs:
+            self.abort(req.request_id)
 
     async def _aoutput(self, req: Request, q: asyncio.Queue) -> RequestOutput:
         async for _ in self._adeltas(req, q):
