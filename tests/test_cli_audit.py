@@ -338,7 +338,7 @@ def test_serve_port_out_of_range_is_a_usage_error(port, capsys):
 
 
 def test_models_says_none_found_on_stderr(monkeypatch, capsys):
-    monkeypatch.setattr("agentrt.models.sources.list_local_models", lambda: [])
+    monkeypatch.setattr("agentrt.models.sources.list_local_models", lambda **_: [])
     assert main(["models"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "no models found" in captured.err

@@ -109,3 +109,26 @@ def test_the_listing_shows_what_works_and_names_what_it_skipped(stores, tmp_path
         assert all(f"skipped {name}" in err for name in why), err
     rows = json.loads((main(["models", "--json"]), capsys.readouterr().out)[1])
     assert "ollama:badjson:latest" not in {r["name"] for r in rows}
+
+
+def test_listing_reads_only_the_keys_it_shows_not_the_whole_tokenizer(stores, tmp_path,
+                                                                       monkeypatch):
+    import gguf
+    import numpy as np
+
+    def refuse(*args, **kwargs):  # it parsed every token of the vocabulary: seconds a model
+        raise AssertionError("the listing read the whole header")
+
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    cache, _ = stores
+    snapshot = hf_snapshot(cache, "org/tiny-GGUF")
+    writer = gguf.GGUFWriter(str(snapshot / "tiny-f16.gguf"), "qwen3")  # no general.file_type
+    writer.add_tensor("token_embd.weight", np.zeros((4, 32), dtype=np.float16))
+    writer.add_tensor("output_norm.weight", np.zeros(32, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    found = {m.name: (m.architecture, m.format) for m in list_local_models()}
+    assert found["SmolLM2-135M-Instruct"] == ("llama", "Q4_1")
+    assert found["org/tiny-GGUF:tiny-f16.gguf"] == ("qwen3", "F16")  # most values' type
