@@ -238,13 +238,21 @@ def _find_path(spec: str, misses: list[_Miss]) -> Path | None:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         misses.append(_Miss(f"path {path.absolute()}", why.lower()))
         return None
-    if path.is_file() and path.suffix == ".gguf":
-        return path
+    if path.is_file() and (path.suffix == ".gguf" or _starts_as_gguf(path)):
+        return path  # NOTE: an Ollama blob (`ollama show --modelfile`'s FROM) has no suffix
     if path.is_dir() and (path / "config.json").is_file():
         return path
     # NOTE: a miss, not an error: `org/name` may also be a folder that is not a model
     misses.append(_Miss(f"path {path.absolute()}", _not_a_model(path)))
     return None
+
+
+def _starts_as_gguf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
 
 
 def _not_a_model(path: Path) -> str:
@@ -303,10 +311,30 @@ def _find_ollama(spec: str, misses: list[_Miss]) -> Path | None:
         except OSError as exc:  # e.g. a name too long for the file system
             why = str(exc.strerror).lower()
         if why:
+            matches = _manifests_ignoring_case(models / "manifests", name)
+            if len(matches) == 1:
+                return _ollama_blob(models, matches[0])
+            if matches:
+                why += f"; {len(matches)} manifests match it ignoring case: " + \
+                    ", ".join(str(m) for m in matches)
             misses.append(_Miss(f"Ollama manifest {manifest}", why))
             continue
         return _ollama_blob(models, manifest)
     return None
+
+
+def _manifests_ignoring_case(root: Path, name: OllamaName) -> list[Path]:
+    """The manifests whose path equals ``name``'s ignoring case (Ollama compares names so,
+    and its older versions stored every manifest path in lower case)."""
+    found = [root]
+    for part in name:
+        folded = part.casefold()
+        try:
+            found = [entry for folder in found for entry in folder.iterdir()
+                     if entry.name.casefold() == folded]
+        except OSError:
+            return []
+    return sorted(m for m in found if m.is_file())
 
 
 #: where :func:`locate` looks, in order

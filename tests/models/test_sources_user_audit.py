@@ -132,3 +132,30 @@ def test_listing_reads_only_the_keys_it_shows_not_the_whole_tokenizer(stores, tm
     found = {m.name: (m.architecture, m.format) for m in list_local_models()}
     assert found["SmolLM2-135M-Instruct"] == ("llama", "Q4_1")
     assert found["org/tiny-GGUF:tiny-f16.gguf"] == ("qwen3", "F16")  # most values' type
+
+
+def test_a_gguf_file_without_the_suffix_is_a_gguf_file(stores, tmp_path):
+    """`ollama show NAME --modelfile` prints ``FROM <models>/blobs/sha256-…``: users pass that
+    path; it is a GGUF file whatever its name."""
+    _, models = stores
+    blob = ollama_model(models, ("registry.ollama.ai", "library", "tiny", "latest"),
+                        write_gguf(tmp_path / "src.gguf"))
+    assert locate(str(blob)) == (blob, "path")
+    text = tmp_path / "notes.txt"
+    text.write_text("GGU")
+    with pytest.raises(ModelNotFoundError, match="not a .gguf file"):
+        locate(str(text))
+
+
+def test_an_ollama_name_matches_its_manifest_whatever_the_case(stores, tmp_path):
+    """Ollama compares names ignoring case, and its older versions stored every manifest path
+    in lower case: the name as a model page prints it reaches such a manifest."""
+    _, models = stores
+    source = write_gguf(tmp_path / "src.gguf")
+    blob = ollama_model(models, ("hf.co", "bartowski", "llama-3.2-1b-instruct-gguf", "q4_k_m"),
+                        source)
+    name = "ollama:hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"
+    assert locate(name) == (blob, "ollama")
+    ollama_model(models, ("hf.co", "bartowski", "LLAMA-3.2-1B-Instruct-GGUF", "q4_k_m"), source)
+    with pytest.raises(ModelNotFoundError, match="2 manifests match"):
+        locate(name)  # two stored names differ only in case: ambiguous
