@@ -17,6 +17,8 @@ this machine (``agentrt models``). Each place is a source in :data:`SOURCES`:
   that Ollama's manifest names, in ``$OLLAMA_MODELS`` or Ollama's default folders.
 
 Nothing is ever downloaded: a miss raises :class:`ModelNotFoundError` saying where it looked.
+One part of a split GGUF (``NAME-00001-of-00002.gguf``, as large quantizations ship) is
+refused with :class:`~agentrt.models.config.UnsupportedModelError` saying how to merge it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ _MAX_MANIFEST_BYTES = 1 << 20  # Ollama's manifests hold a few hundred bytes per
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
 #: org/name (org/ optional), then @REVISION, then :PICK
 _HUB_ID = re.compile(r"((?:[A-Za-z0-9][\w.-]*/)?[\w.-]+)(?:@([^:]*))?(?::([\w.-]+))?")
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")  # llama.cpp's gguf-split parts
 _REVISION = re.compile(r"[\w.-]+(?:/[\w.-]+)*")  # refs/pr/1 too; '.' / '..' parts refused
 
 Source = Literal["embedded", "path", "huggingface", "ollama"]
@@ -178,6 +181,7 @@ def locate(model: str | Path | None = None) -> tuple[Path, Source]:
     for source, find in SOURCES.items():
         found = find(spec, misses)
         if found is not None:
+            _refuse_split_part(found)
             return found, source
     looked = "\n".join(f"  - {m.where}: {m.why}" for m in misses)
     raise ModelNotFoundError(
@@ -186,6 +190,27 @@ def locate(model: str | Path | None = None) -> tuple[Path, Source]:
         "file, a Hugging Face model folder, a hub id already in the Hugging Face cache "
         f"(org/name), ollama:{_OLLAMA_FORM}, or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
     )
+
+
+def _split_part(path: Path) -> str | None:
+    """Why ``path`` is no whole model when it is one part of a split GGUF (llama.cpp's
+    gguf-split writes ``NAME-00001-of-00003.gguf`` …), else None."""
+    match = _SPLIT.search(path.name)
+    if match is None or int(match[2]) < 2:
+        return None
+    first = path.with_name(_SPLIT.sub(f"-00001-of-{match[2]}.gguf", path.name))
+    merged = _SPLIT.sub(".gguf", path.name)
+    return (f"{path.name} is part {int(match[1])} of {int(match[2])} of a split GGUF, and "
+            "agentrt reads a model from one file: merge the parts with `llama-gguf-split "
+            f"--merge {first} {merged}` and pass the merged file")
+
+
+def _refuse_split_part(path: Path) -> None:
+    from agentrt.models.config import UnsupportedModelError
+
+    why = _split_part(path) if path.is_file() else None
+    if why is not None:
+        raise UnsupportedModelError(why)
 
 
 def _ollama_hint(spec: str) -> str:
@@ -287,6 +312,9 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
         return snapshot
     files = sorted(p.name for p in snapshot.glob("*.gguf") if p.is_file())  # not broken links
     chosen = _pick_gguf(files, pick)
+    if chosen is None and pick is not None:  # a split quantization: its first part
+        sets = {_SPLIT.sub("", f): f for f in reversed(files) if _SPLIT.search(f)}
+        chosen = sets.get(_pick_gguf(sorted(sets), pick) or "")
     if chosen is None:
         why = f"no single .gguf matches {pick!r}" if pick else \
             "neither config.json nor exactly one .gguf"
@@ -488,6 +516,11 @@ def _list_snapshot(name: str, snapshot: Path, skipped: list[SkippedModel]) -> It
     entries = [(name, snapshot)] if (snapshot / "config.json").is_file() else []
     entries += [(f"{name}:{p.name}", p) for p in sorted(snapshot.glob("*.gguf"))]
     for listed, path in entries:
+        split = _split_part(path) if path.suffix == ".gguf" else None
+        if split is not None:
+            if "-00001-of-" in path.name:  # the set once, by its first part
+                skipped.append(SkippedModel(listed, path, "huggingface", split))
+            continue
         try:
             if path.is_symlink() and not path.exists():
                 raise FileNotFoundError(f"a broken link: its blob {path.readlink()} is missing")

@@ -159,3 +159,30 @@ def test_an_ollama_name_matches_its_manifest_whatever_the_case(stores, tmp_path)
     ollama_model(models, ("hf.co", "bartowski", "LLAMA-3.2-1B-Instruct-GGUF", "q4_k_m"), source)
     with pytest.raises(ModelNotFoundError, match="2 manifests match"):
         locate(name)  # two stored names differ only in case: ambiguous
+
+
+def test_a_split_gguf_is_refused_saying_how_to_merge_it(stores, tmp_path):
+    """Hugging Face repositories ship large quantizations as llama.cpp's split parts
+    (Qwen2.5-7B-Instruct-GGUF's q4_k_m is two files); part 1 alone failed to load with 'GGUF
+    tensor for model.norm.weight is missing'."""
+    from agentrt.models.config import UnsupportedModelError
+
+    cache, _ = stores
+    snapshot = hf_snapshot(cache, "Qwen/Qwen2.5-7B-Instruct-GGUF")
+    parts = [write_gguf(snapshot / f"qwen2.5-7b-instruct-q4_k_m-0000{i}-of-00002.gguf")
+             for i in (1, 2)]
+    q8 = write_gguf(snapshot / "qwen2.5-7b-instruct-q8_0.gguf")
+    for spec in ("Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m", str(parts[0]), str(parts[1]),
+                 f"Qwen/Qwen2.5-7B-Instruct-GGUF:{parts[1].name}"):
+        with pytest.raises(UnsupportedModelError) as refused:
+            locate(spec)
+        says = str(refused.value)
+        assert "of 2 of a split GGUF" in says and "llama-gguf-split --merge" in says, spec
+        assert "qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf" in says
+    assert locate("Qwen/Qwen2.5-7B-Instruct-GGUF:q8_0") == (q8, "huggingface")
+    skipped: list = []
+    names = {m.name for m in list_local_models(skipped=skipped)}
+    assert "Qwen/Qwen2.5-7B-Instruct-GGUF:qwen2.5-7b-instruct-q8_0.gguf" in names
+    assert not any("-of-" in name for name in names)
+    [skip] = skipped  # the set once, by its first part
+    assert skip.name.endswith("-00001-of-00002.gguf") and "split" in skip.reason
