@@ -186,9 +186,9 @@ def locate(model: str | Path | None = None) -> tuple[Path, Source]:
     looked = "\n".join(f"  - {m.where}: {m.why}" for m in misses)
     raise ModelNotFoundError(
         f"model {spec!r} not found (nothing is downloaded). Looked:\n{looked}\n"
-        f"{_ollama_hint(spec)}Pass a .gguf "
-        "file, a Hugging Face model folder, a hub id already in the Hugging Face cache "
-        f"(org/name), ollama:{_OLLAMA_FORM}, or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
+        f"{_ollama_hint(spec)}Pass a .gguf file, a Hugging Face model folder, a hub id "
+        "already in the Hugging Face cache (org/name[@REVISION][:FILE]), "
+        f"ollama:{_OLLAMA_FORM}, or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
     )
 
 
