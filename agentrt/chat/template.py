@@ -72,6 +72,9 @@ class TemplateCaps:
     """``apply_chat_template(tools=...)`` shows the tool signatures to the model."""
     renders_tool_calls: bool
     """Assistant ``tool_calls`` (and ``tool`` turns) are rendered from structured fields."""
+    renders_parallel_calls: bool = True
+    """An assistant turn may hold several ``tool_calls`` (Llama 3.x's templates refuse it:
+    such a turn is rendered as one assistant turn per call)."""
 
 
 _caps_cache: dict[str, TemplateCaps] = {}
@@ -86,12 +89,15 @@ def template_caps(tokenizer: Any, chat_template: str | None = None) -> TemplateC
                                                  "parameters": {"type": "object",
                                                                 "properties": {}}}}
         user = {"role": "user", "content": "hi"}
-        call = {"role": "assistant", "content": "", "tool_calls": [
-            {"id": _PROBE_ID, "type": "function",
-             "function": {"name": _PROBE, "arguments": {}}}]}
+        one = {"id": _PROBE_ID, "type": "function", "function": {"name": _PROBE, "arguments": {}}}
+        call = {"role": "assistant", "content": "", "tool_calls": [one]}
+        calls = {**call, "tool_calls": [one, one]}
+        renders_tool_calls = _PROBE in _try_render(tokenizer, [user, call], **extra)
         _caps_cache[key] = TemplateCaps(
             renders_tools=_PROBE in _try_render(tokenizer, [user], tools=[tool], **extra),
-            renders_tool_calls=_PROBE in _try_render(tokenizer, [user, call], **extra),
+            renders_tool_calls=renders_tool_calls,
+            renders_parallel_calls=not renders_tool_calls
+            or _PROBE in _try_render(tokenizer, [user, calls], **extra),
         )
     return _caps_cache[key]
 
@@ -110,7 +116,8 @@ def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
     of ``apply_chat_template``'s own arguments.
     """
     caps = template_caps(tokenizer, chat_template)
-    dicts = [_to_template(m, caps, tool_format) for m in messages]
+    dicts = [turn for m in messages for turn in _one_call_a_turn(_to_template(m, caps, tool_format),
+                                                                 caps)]
     extra: dict[str, Any] = dict(check_template_kwargs(template_kwargs))
     if chat_template:
         extra["chat_template"] = chat_template
@@ -120,8 +127,13 @@ def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
         system_note = _join(_tools_prompt(tools, tool_format), system_note)
     if system_note:
         dicts = _with_system_note(dicts, system_note)
-    return tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False,
-                                         **extra)
+    from jinja2.exceptions import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tokenize=False,
+                                             **extra)
+    except TemplateError as exc:  # its raise_exception(): the messages break its rules
+        raise ValueError(f"the model's chat template refused the messages: {exc}") from None
 
 
 _RESERVED_KWARGS = frozenset({
@@ -271,6 +283,18 @@ def _assistant(calls: Any, text: str, caps: TemplateCaps,
             for i, (c, (name, args)) in enumerate(zip(calls, parsed, strict=True))]}
     written = tool_format.format_calls(parsed)
     return {"role": "assistant", "content": f"{text}\n{written}" if text else written}
+
+
+def _one_call_a_turn(turn: dict[str, Any], caps: TemplateCaps) -> list[dict[str, Any]]:
+    """``turn``, or one assistant turn per call where the template shows one call a turn
+    (the first keeps the text and reasoning)."""
+    calls = turn.get("tool_calls") or ()
+    if caps.renders_parallel_calls or len(calls) < 2:
+        return [turn]
+    rest = {k: v for k, v in turn.items()
+            if k not in ("content", "tool_calls", "reasoning_content")}
+    return [{**turn, "tool_calls": [calls[0]]},
+            *({**rest, "content": "", "tool_calls": [call]} for call in calls[1:])]
 
 
 def _call_id(call_id: Any, index: int, tool_format: ToolCallFormat) -> Any:
