@@ -1,6 +1,7 @@
 """The FastAPI app: the OpenAI routes plus ``/health``, ``/v1/models`` and ``/metrics``, and
 SGLang's native API (:mod:`.native`) with the worker endpoints sglang-router uses
-(:mod:`.worker`), behind an API key when one is given (:mod:`.auth`).
+(:mod:`.worker`), behind an API key when one is given (:mod:`.auth`), refusing bodies over
+a size limit (:mod:`.limits`).
 
 :func:`create_app` wires one engine — or any backend, e.g. an SGLang server this one fronts —
 into an app; it neither starts nor stops it (:func:`agentrt.server.serve` does both), so tests
@@ -22,6 +23,7 @@ from agentrt import __version__
 from agentrt.server import chat, completions, native, worker
 from agentrt.server.auth import APIKeyMiddleware
 from agentrt.server.errors import install_error_handlers
+from agentrt.server.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from agentrt.server.native_sessions import NativeState
 from agentrt.server.protocol import ModelCard, ModelList
 from agentrt.server.request_ids import RequestIdMiddleware
@@ -38,13 +40,15 @@ router = APIRouter()
 
 
 def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
-               backend_url: str | None = None, api_key: str | None = None) -> FastAPI:
+               backend_url: str | None = None, api_key: str | None = None,
+               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """An OpenAI-compatible app serving ``target``: an engine, or a backend.
 
     ``model_names``: the names clients pass as ``model`` and ``/v1/models`` lists (default:
     the model's short name, e.g. ``SmolLM2-135M-Instruct``). ``backend_url``: the server a
     remote backend talks to, whose load ``/metrics`` and ``/get_load`` report. ``api_key``:
     requests must carry ``Authorization: Bearer <api_key>`` (:mod:`.auth`; None = open).
+    ``max_body_bytes``: a larger request body is a 413, unread (:mod:`.limits`).
     """
     if api_key is not None and not api_key.strip():
         raise ValueError("api_key must be a non-empty string (or None: no key)")
@@ -61,10 +65,12 @@ def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
     app.include_router(native.router)
     app.include_router(worker.router)
     app.include_router(router)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes,
+                       on_refused=lambda path: _count(state, path, 413))
     if api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=api_key,
                            on_refused=lambda path: _count(state, path, 401))
-    app.add_middleware(RequestIdMiddleware)  # NOTE: added last, so outermost: 401s carry it
+    app.add_middleware(RequestIdMiddleware)  # NOTE: added last, so outermost: all carry it
     return app
 
 

@@ -1,18 +1,21 @@
 """Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
 
 Every failure a client can cause answers with this body and a 4xx status, so OpenAI's
-clients raise their usual exceptions (``BadRequestError``, ``NotFoundError``) with a readable
-message: :class:`APIError` raised by the endpoints, FastAPI's request validation (malformed
-JSON, wrong types, ``max_tokens`` below 1 — 400 naming the field, as OpenAI does, not
-FastAPI's 422), Starlette's own HTTP errors (unknown route, wrong method), and — as a 500 —
-anything else. The endpoints turn a ``ValueError`` of the chat layer or the engine (input
-they cannot honour) into a 400 themselves; a stray ``ValueError`` elsewhere is a bug, not
-the client's. :func:`check_context` rejects a ``max_tokens`` that does not fit the
-context with the prompt, in OpenAI's words (``context_length_exceeded``).
+clients raise their usual exceptions (``BadRequestError``, ``NotFoundError``) with a
+readable message: :class:`APIError` raised by the endpoints, FastAPI's request validation
+(malformed JSON, wrong types, ``max_tokens`` below 1 — 400 naming the field, as OpenAI does,
+not FastAPI's 422), Starlette's own HTTP errors (unknown route, wrong method, a body that is
+not UTF-8 JSON), and — as a 500 — anything else (:class:`InternalErrorMiddleware`: logged
+with its traceback and request id, the connection kept open for the client's next request).
+The endpoints turn a ``ValueError`` of the chat layer or the engine (input they cannot
+honour) into a 400 themselves; a stray ``ValueError`` elsewhere is a bug, not the client's.
+:func:`check_context` rejects a ``max_tokens`` that does not fit the context with the
+prompt, in OpenAI's words (``context_length_exceeded``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, TypeVar
@@ -21,15 +24,19 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["APIError", "check_context", "error_response", "install_error_handlers",
-           "internal_error", "rejected_as_400"]
+from agentrt.server.request_ids import current_request_id
+
+__all__ = ["APIError", "InternalErrorMiddleware", "check_context", "error_response",
+           "install_error_handlers", "internal_error", "rejected_as_400"]
 
 T = TypeVar("T")
 
-_TYPES = {400: "invalid_request_error", 404: "invalid_request_error",
-          405: "invalid_request_error", 500: "server_error", 502: "server_error",
-          503: "server_error"}
+_TYPES = {500: "server_error", 502: "server_error", 503: "server_error"}
+"""Other statuses are ``invalid_request_error``."""
+_log = logging.getLogger("uvicorn.error")
+"""Where uvicorn logs a failure of the app (``agentrt serve`` configures it)."""
 
 
 class APIError(Exception):
@@ -115,7 +122,42 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, int], None
     app.add_exception_handler(APIError, handler(lambda _, e: e))
     app.add_exception_handler(RequestValidationError, handler(_from_validation))
     app.add_exception_handler(HTTPException, handler(_from_http))
-    app.add_exception_handler(Exception, handler(lambda _, e: internal_error(e)))
+    # NOTE: not as Starlette's handler of Exception: that one runs outside every middleware
+    # (no X-Request-Id) and re-raises, so uvicorn closes the client's keep-alive connection
+    app.add_middleware(InternalErrorMiddleware, on_error=on_error)
+
+
+class InternalErrorMiddleware:
+    """Answer any other exception with :func:`internal_error`'s body (a 500, or a backend's
+    status), log it with its traceback and request id, and keep the connection open. One
+    raised after the response started (a stream) is re-raised: the connection must close."""
+
+    def __init__(self, app: ASGIApp, on_error: Callable[[Request, int], None]) -> None:
+        self.app = app
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:
+                raise
+            error = internal_error(exc)
+            if error.status_code >= 500:
+                _log.error("Exception in ASGI application (request_id=%s, %s %s)",
+                           current_request_id(), scope["method"], scope["path"], exc_info=exc)
+            self.on_error(Request(scope), error.status_code)
+            await error_response(error)(scope, receive, send)
 
 
 def internal_error(exc: BaseException) -> APIError:
@@ -143,7 +185,23 @@ def _from_http(request: Request, exc: HTTPException) -> APIError:
     if exc.status_code == 404:
         return APIError(404, f"Unknown endpoint {where}; see /docs for the API.",
                         code="unknown_url")
+    if exc.status_code == 413:
+        return APIError(413, str(exc.detail), code="request_too_large")
+    if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body
+        return APIError(400, f"We could not parse the JSON body of your request: "
+                             f"{_unreadable(exc.__cause__)}. Send a JSON object as UTF-8 with "
+                             "Content-Type: application/json.", code="invalid_json")
     return APIError(exc.status_code, f"{exc.detail}: {where}")
+
+
+def _unreadable(cause: BaseException) -> str:
+    """Why FastAPI could not read a body, in a client's words."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"it is not valid UTF-8 (byte {cause.object[cause.start]:#04x} at " \
+               f"position {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "it is nested too deeply"
+    return type(cause).__name__
 
 
 def _from_validation(_: Request, exc: RequestValidationError) -> APIError:
@@ -152,6 +210,9 @@ def _from_validation(_: Request, exc: RequestValidationError) -> APIError:
     if not errors:
         return APIError(400, "invalid request")
     first = errors[0]
+    if isinstance(first.get("input"), bytes) and not _param(first):
+        return APIError(400, "The request body must be a JSON object sent with Content-Type: "
+                             "application/json.", code="invalid_json")
     if first.get("type") == "json_invalid":
         reason = (first.get("ctx") or {}).get("error", "not valid JSON")
         return APIError(400, f"We could not parse the JSON body of your request: {reason}. "

@@ -4,9 +4,10 @@ Requests keep SGLang's names and defaults — ``max_new_tokens`` 128, ``temperat
 ``top_k`` -1 (off) — and ignore fields they do not know (sglang-router adds its own). Values
 agentrt cannot honour get a 400 naming the field: batches (a list of texts or of id lists),
 logprobs, hidden states, LoRA, images, penalties, ``n`` > 1, more than one grammar, a
-``sampling_seed`` outside the signed 64-bit range. A grammar (``ebnf``, ``structural_tag``,
-``json_schema`` or ``regex``) becomes :attr:`SamplingParams.grammar`. One prompt per
-``/generate``, as ``text`` or ``input_ids``.
+``sampling_seed`` outside the signed 64-bit range, more stop strings than
+:mod:`agentrt.server.limits` allows, text that is not valid Unicode. A grammar (``ebnf``,
+``structural_tag``, ``json_schema`` or ``regex``) becomes :attr:`SamplingParams.grammar`.
+One prompt per ``/generate``, as ``text`` or ``input_ids``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrt.core.sampling_params import Grammar, SamplingParams, check_seed
+from agentrt.server.limits import check_stop, check_text
 
 __all__ = ["AbortRequest", "CloseSessionRequest", "GenerateRequest", "NativeSamplingParams",
            "OpenSessionRequest", "SessionParams"]
@@ -83,6 +85,11 @@ class NativeSamplingParams(BaseModel):
         check_seed(value, "sampling_seed")
         return value
 
+    @field_validator("stop")
+    @classmethod
+    def _few_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        return check_stop(value, "sampling_params.stop")
+
     def to_params(self) -> SamplingParams:
         """The engine's parameters (``ValueError`` for values it rejects)."""
         stop = [self.stop] if isinstance(self.stop, str) else self.stop or []
@@ -149,6 +156,11 @@ class GenerateRequest(BaseModel):
     @classmethod
     def _supported(cls, value: Any, info: Any) -> Any:
         return _check_neutral(info.field_name, value)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, value: Any, info: Any) -> Any:
+        return check_text(value, info.field_name)
 
     @model_validator(mode="after")
     def _one_prompt(self) -> GenerateRequest:

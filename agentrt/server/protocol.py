@@ -1,18 +1,19 @@
 """The OpenAI wire format: pydantic models of the requests agentrt serves and its answers.
 
-Requests accept what OpenAI's clients send (unknown fields that cannot change the answer
-are ignored, as OpenAI-compatible servers do) and reject, with a 400 naming the field, values
-agentrt cannot honour: ``n`` outside 1-16, ``best_of`` above 1, the legacy endpoint's ``logprobs``
-(chat serves ``logprobs`` / ``top_logprobs`` for plain answers), ``echo``, penalties,
-``logit_bias``, vLLM's and SGLang's sampling extras and OpenAI's ``functions``
+Requests accept what OpenAI's clients send (unknown fields that cannot change the answer are
+ignored, as OpenAI-compatible servers do) and reject, with a 400 naming the field, values
+agentrt cannot honour: ``n`` outside 1-16, ``best_of`` above 1, the legacy endpoint's
+``logprobs`` (chat serves ``logprobs`` / ``top_logprobs`` for plain answers), ``echo``,
+penalties, ``logit_bias``, vLLM's and SGLang's sampling extras and OpenAI's ``functions``
 (:mod:`agentrt.server.neutral`), a ``seed`` outside the signed 64-bit range (vLLM's rule),
-and malformed message shapes (a content part without
-a ``type`` or with non-text ``text``, an assistant ``tool_calls`` entry without a
-``function`` name or with ``arguments`` neither a JSON string nor an object). The endpoints
-check ``max_tokens`` against the context once the prompt is tokenized
-(:func:`agentrt.server.errors.check_context`). Two defaults differ
-from OpenAI's, on purpose for a local deterministic runtime: ``temperature`` defaults to 0
-(greedy), and ``parallel_tool_calls`` to false (small models tend to repeat a call). Without
+more or longer ``stop`` strings than :mod:`agentrt.server.limits` allows, text that is not
+valid Unicode (a lone surrogate escape, anywhere in the body), and malformed message shapes
+(a content part without a ``type`` or with non-text ``text``, an assistant ``tool_calls``
+entry without a ``function`` name or with ``arguments`` neither a JSON string nor an
+object). The endpoints check ``max_tokens`` against the context once the prompt is tokenized
+(:func:`agentrt.server.errors.check_context`). Two defaults differ from OpenAI's, on purpose
+for a local deterministic runtime: ``temperature`` defaults to 0 (greedy), and
+``parallel_tool_calls`` to false (small models tend to repeat a call). Without
 ``max_tokens`` a chat answer may run to the end of the context (OpenAI's rule); a legacy
 completion stops after 16 tokens (also OpenAI's rule).
 
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from agentrt.core.sampling_params import check_seed
 from agentrt.server.choices import MAX_CHOICES
+from agentrt.server.limits import check_stop, check_text
 from agentrt.server.neutral import ChatExtras, EngineExtras, check_neutral
 
 __all__ = [
@@ -117,6 +119,16 @@ class _SamplingRequest(EngineExtras):
     def _seed_in_range(cls, value: int | None) -> int | None:
         check_seed(value)
         return value
+
+    @field_validator("stop")
+    @classmethod
+    def _few_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        return check_stop(value)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, value: Any, info: Any) -> Any:
+        return check_text(value, info.field_name)
 
     @field_validator("temperature", "top_p", "top_k", "n", mode="before")
     @classmethod

@@ -1,0 +1,316 @@
+"""One client's hostile request must not harm another's: against a real ``agentrt serve``.
+
+While a greedy stream runs, other clients send what an attacker or a broken client sends —
+text that is not valid Unicode (a lone UTF-16 surrogate escape, invalid UTF-8 bytes), a body
+without a JSON content type, thousands of stop strings, a body far over any sane size,
+clients that leave in a storm or never read. Each gets a 4xx in OpenAI's shape carrying its
+``X-Request-Id``, the server keeps the connection usable, and the stream beside it ends with
+the tokens it gives alone. Before this audit a lone surrogate was a 500 that also reset the
+client's next request on the same keep-alive connection, no 500 carried ``X-Request-Id``, a
+200 MB ``Content-Length`` was read into memory, and 100,000 stop strings were scanned on every
+token of every request in the batch (the engine thread's time).
+
+The in-process tests serve the session engine with a small body limit and a route that
+raises, for what no well-formed request reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+MODEL = "SmolLM2-135M-Instruct"
+HI = [{"role": "user", "content": "hi"}]
+GOOD = {"model": MODEL, "max_tokens": 16, "stream": True,
+        "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}]}
+LEAKS = ("/project/", ".cc:", ".py:", "Traceback", "TextEncodeInput")
+JSON = {"Content-Type": "application/json"}
+CHAT, COMPLETIONS, GENERATE = "/v1/chat/completions", "/v1/completions", "/generate"
+
+
+def _raw(text: str) -> bytes:
+    """A JSON body written by hand (``\\ud800`` stays an escape: json.dumps would refuse)."""
+    return text.encode()
+
+
+# (path, body bytes, extra headers, status, param, fragment of the message)
+HOSTILE: list[Any] = [
+    pytest.param(CHAT, _raw('{"messages": [{"role": "user", "content": "a\\ud800b"}]}'), JSON,
+                 "messages", "surrogate", id="chat-content-lone-surrogate"),
+    pytest.param(CHAT, _raw('{"messages": [{"role": "user", "content": [{"type": "text", '
+                            '"text": "\\udfff"}]}], "stream": true}'), JSON,
+                 "messages", "messages.0.content.0.text", id="chat-part-surrogate-streamed"),
+    pytest.param(CHAT, _raw('{"messages": [{"role": "user", "content": "hi", "name": '
+                            '"\\ud83d"}]}'), JSON, "messages", "messages.0.name",
+                 id="chat-name-surrogate"),
+    pytest.param(CHAT, _raw('{"messages": [{"role": "user", "content": "hi"}], "tools": [{'
+                            '"type": "function", "function": {"name": "f", "description": '
+                            '"\\ud800"}}]}'), JSON, "tools", "tools.0.function.description",
+                 id="chat-tool-description-surrogate"),
+    pytest.param(COMPLETIONS, _raw('{"prompt": ["ok", "\\ud800"], "max_tokens": 2}'), JSON,
+                 "prompt", "prompt.1", id="completions-prompt-surrogate"),
+    pytest.param(GENERATE, _raw('{"text": "\\ud800", "sampling_params": {"max_new_tokens": 2}}'),
+                 JSON, "text", "surrogate", id="generate-text-surrogate"),
+    pytest.param(CHAT, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', JSON,
+                 None, "UTF-8", id="chat-invalid-utf8"),
+    pytest.param(CHAT, json.dumps({"messages": HI, "max_tokens": 2}).encode(),
+                 {"Content-Type": "text/plain"}, None, "Content-Type: application/json",
+                 id="chat-not-json-content-type"),
+    pytest.param(CHAT, json.dumps({"messages": HI, "max_tokens": 2,
+                                   "stop": [f"s{i}" for i in range(1000)]}).encode(), JSON,
+                 "stop", "at most", id="chat-1000-stop-strings"),
+    pytest.param(COMPLETIONS, json.dumps({"prompt": "Once", "max_tokens": 2,
+                                          "stop": "x" * 100_000}).encode(), JSON,
+                 "stop", "at most", id="completions-100k-char-stop"),
+    pytest.param(GENERATE, json.dumps({"text": "Once", "sampling_params": {
+        "max_new_tokens": 2, "stop": [f"s{i}" for i in range(100_000)]}}).encode(), JSON,
+                 "sampling_params.stop", "at most", id="generate-100k-stop-strings"),
+]
+
+
+@pytest.fixture(scope="module")
+def reference(server) -> tuple[str, str]:
+    """The good stream's text and finish reason, alone on the server."""
+    server.wait_until_idle()
+    with _stream(server.url, GOOD) as events:
+        return _chat_text(events)
+
+
+@contextmanager
+def _stream(url: str, body: dict[str, Any]) -> Iterator[Iterator[dict[str, Any]]]:
+    """The JSON events of a streamed chat answer (closing drops the client)."""
+    with httpx.Client(timeout=120) as http, \
+            http.stream("POST", url + CHAT, json=body) as response:
+        assert response.status_code == 200, response.read()
+        yield (json.loads(line[6:]) for line in response.iter_lines()
+               if line.startswith("data: ") and line != "data: [DONE]")
+
+
+def _chat_text(events: Iterator[dict[str, Any]]) -> tuple[str, str]:
+    text, finish = "", ""
+    for event in events:
+        assert "error" not in event, event
+        choice = event["choices"][0]
+        text += choice["delta"].get("content") or ""
+        finish = choice["finish_reason"] or finish
+    return text, finish
+
+
+def _openai_error(response: httpx.Response, request_id: str) -> dict[str, Any]:
+    """A 4xx with OpenAI's error body, the request's id, nothing internal."""
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    assert response.headers.get("x-request-id") == request_id
+    body = response.json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["message"]
+    assert not any(leak in error["message"] for leak in LEAKS), error["message"]
+    return error
+
+
+def test_hostile_bodies_are_400s_while_a_stream_runs_on(server, reference):
+    """Every hostile body of :data:`HOSTILE`, on one keep-alive connection, while one greedy
+    stream decodes; then the connection still serves a good request."""
+    failures: dict[str, str] = {}
+    with httpx.Client(timeout=120) as http, _stream(server.url, GOOD) as events:
+        first = next(events)  # NOTE: the good request is decoding when the bad ones arrive
+        for case in HOSTILE:
+            path, body, headers, param, fragment = case.values
+            rid = f"audit-{case.id}"
+            try:
+                response = http.post(server.url + path, content=body,
+                                     headers={**headers, "X-Request-Id": rid})
+                error = _openai_error(response, rid)
+                assert response.status_code == 400, response.status_code
+                assert fragment in error["message"], error["message"]
+                assert param is None or error["param"] == param, error["param"]
+            except (AssertionError, httpx.HTTPError) as exc:
+                failures[case.id] = f"{type(exc).__name__}: {exc}"[:300]
+        good = _chat_text(iter([first, *events]))
+        after = http.post(server.url + CHAT, json={"messages": HI, "max_tokens": 2})
+    assert failures == {}
+    assert after.status_code == 200, after.text
+    assert good == reference and reference[0]
+
+
+def test_a_body_declared_over_the_limit_is_a_413_before_it_is_sent(server):
+    """200 MB announced: refused from the headers, the body never read (none is sent)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nX-Request-Id: big-one\r\n"
+                     b"Content-Length: 200000000\r\n\r\n{")
+        head, body = _read_response(sock)
+    assert head.startswith(b"HTTP/1.1 413 "), head
+    assert b"x-request-id: big-one" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_too_large" and "bytes" in error["message"]
+
+
+def _read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The status line and headers, and the body (by Content-Length) of one response."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, body
+        body += chunk
+    return head, body
+
+
+def _read_until(sock: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+def _finished(metrics: dict[str, float], reason: str) -> float:
+    return metrics.get(f"agentrt_requests_finished_total{{finish_reason={reason}}}", 0.0)
+
+
+def test_a_storm_of_clients_that_leave_frees_every_request(server, reference):
+    """Sixteen clients in a row leave: half before reading a byte, half after the first
+    event. Each request is aborted and counted 499, no KV stays held, and a stream after
+    them gives the tokens it gives alone."""
+    before = server.wait_until_idle()
+    body = json.dumps({**GOOD, "max_tokens": 400, "stop": ["NEVER-SEEN"]}).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    request = (f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    for i in range(16):
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(request)
+            if i % 2:
+                _read_until(sock, b"data: ")  # the first event
+    after = server.wait_until_idle(timeout=60)
+    assert after["agentrt_num_requests_running"] == 0 == after["agentrt_num_requests_waiting"]
+    assert after["agentrt_kv_total_blocks"] - after["agentrt_kv_free_blocks"] \
+        - after["agentrt_kv_evictable_blocks"] == 0
+    assert _finished(after, "abort") - _finished(before, "abort") == 16
+    key = f"agentrt_requests_total{{endpoint={CHAT},status=499}}"
+    assert after.get(key, 0) - before.get(key, 0) == 16
+    with _stream(server.url, GOOD) as events:
+        assert _chat_text(events) == reference
+
+
+def test_a_client_that_never_reads_stalls_no_one_and_loses_nothing(server, reference):
+    """A stream whose client does not read (a tiny receive window) while another stream
+    runs: the other ends with its tokens alone; the slow client, reading at last, gets its
+    whole answer."""
+    body = json.dumps({**GOOD, "max_tokens": 48}).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    slow.settimeout(120)
+    with slow:
+        slow.connect((host, int(port)))
+        slow.sendall((f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                     + body)
+        with _stream(server.url, GOOD) as events:
+            assert _chat_text(events) == reference
+        data = b""
+        while chunk := slow.recv(65536):
+            data += chunk
+    events = [json.loads(line[6:]) for line in data.decode().splitlines()
+              if line.startswith("data: {")]
+    finishes = {e["choices"][0]["finish_reason"] for e in events}
+    assert data.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" in data
+    assert "length" in finishes or "stop" in finishes
+
+
+# --- in process: the session engine, a small body limit, a route that raises ---------------
+LIMIT = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def local_url(engine) -> Iterator[str]:
+    """The session engine served in process with ``max_body_bytes=LIMIT`` and ``/boom``
+    (raises), under uvicorn with Python's logging left as it is (``caplog`` sees it)."""
+    import uvicorn
+
+    from agentrt.server import create_app
+
+    app = create_app(engine, max_body_bytes=LIMIT)
+
+    async def boom() -> None:
+        raise RuntimeError("kaboom")
+
+    app.add_api_route("/boom", boom, methods=["GET"])
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def test_an_internal_error_is_a_500_with_its_id_logged_and_the_connection_kept(
+        local_url, caplog):
+    caplog.set_level(logging.ERROR)
+    with httpx.Client(timeout=60) as http:
+        failed = http.get(local_url + "/boom", headers={"X-Request-Id": "boom-1"})
+        assert failed.status_code == 500
+        assert failed.headers.get("x-request-id") == "boom-1"
+        error = failed.json()["error"]
+        assert error["type"] == "server_error" and "kaboom" in error["message"]
+        for _ in range(3):  # NOTE: the same pooled connection: it was not closed under them
+            assert http.get(local_url + "/v1/models").status_code == 200
+    logged = [r for r in caplog.records if r.exc_info and "kaboom" in str(r.exc_info[1])]
+    assert logged and "boom-1" in logged[0].getMessage()
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_while_it_streams_in(local_url):
+    """No ``Content-Length``: the body is counted as it arrives and refused past the limit
+    (the client stops sending when the answer comes)."""
+    host, port = local_url.removeprefix("http://").split(":")
+    chunk = b"%x\r\n%s\r\n" % (8192, b" " * 8192)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                     b"X-Request-Id: chunky\r\n\r\n")
+        sent = 0
+        try:
+            while sent < 4 * LIMIT:
+                sock.sendall(chunk)
+                sent += 8192
+        except OSError:  # NOTE: the server answered and closed before all was sent
+            pass
+        head, body = _read_response(sock)
+    assert head.startswith(b"HTTP/1.1 413 "), head
+    assert b"x-request-id: chunky" in head.lower()
+    assert json.loads(body)["error"]["code"] == "request_too_large"
+
+
+def test_a_body_under_the_limit_is_served(local_url):
+    padding = "x" * (LIMIT // 2)
+    answer = httpx.post(local_url + CHAT, timeout=120, json={
+        "messages": HI, "max_tokens": 1, "user": padding})
+    assert answer.status_code == 200, answer.text
