@@ -220,11 +220,16 @@ class ToolCallStream:
         return data[found + len(close) :]
 
     def _feed_list(self, text: str) -> str:
-        """Mistral: ``[`` after the open tag, then ``{`` starts each call; else answer text."""
+        """Mistral: ``[`` after the open tag, then ``{`` starts each call (a ``{`` right after
+        the tag: one call without its list); else answer text."""
         rest = text.lstrip(_WHITESPACE)
         if not rest:
             return ""
         expected = "[" if self._mode == "list_open" else "{"
+        if self._mode == "list_open" and rest[0] == "{":  # one call written without its list
+            self._mode = "text"
+            self._start_call()
+            return rest
         if rest[0] == expected:
             self._mode = "list_next"
             if expected == "[":
