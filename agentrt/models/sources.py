@@ -88,6 +88,7 @@ class LocalModel:
     #: ``general.architecture`` of a GGUF, ``model_type`` of a Hugging Face config
     architecture: str | None
     #: the GGUF file type (``Q4_K_M``, ``Q8_0``, ``F16``, ...) or the folder's ``torch_dtype``
+    #: (``dtype`` since transformers 4.56)
     format: str | None
     size_bytes: int
 
@@ -546,7 +547,8 @@ def _folder_info(path: Path) -> tuple[str | None, str | None]:
         return None, None
     if not isinstance(config, dict):
         return None, None
-    arch, dtype = config.get("model_type"), config.get("torch_dtype")
+    arch = config.get("model_type")
+    dtype = config.get("torch_dtype") or config.get("dtype")  # transformers 4.56+: dtype
     return (arch if isinstance(arch, str) else None), (dtype if isinstance(dtype, str) else None)
 
 

@@ -186,3 +186,15 @@ def test_a_split_gguf_is_refused_saying_how_to_merge_it(stores, tmp_path):
     assert not any("-of-" in name for name in names)
     [skip] = skipped  # the set once, by its first part
     assert skip.name.endswith("-00001-of-00002.gguf") and "split" in skip.reason
+
+
+def test_a_folder_s_format_is_read_from_either_dtype_key(stores):
+    """transformers 4.56+ writes config.json's ``dtype`` (``torch_dtype`` before): listed as
+    '?' for every model saved since."""
+    cache, _ = stores
+    for repo, key in (("org/old", "torch_dtype"), ("org/new", "dtype")):
+        snapshot = hf_snapshot(cache, repo)
+        (snapshot / "config.json").write_text(json.dumps({"model_type": "qwen3",
+                                                          key: "bfloat16"}))
+    found = {m.name: m.format for m in list_local_models()}
+    assert found["org/old"] == found["org/new"] == "bfloat16"
