@@ -31,9 +31,10 @@ class _CudnnSdpOff(contextlib.AbstractContextManager):
     torch 2.11 tries cuDNN first on Hopper, and cuDNN builds an execution plan for every new
     shape: on an H200 (cuDNN 9.19) one decode-shaped call took 48 ms while the KV length grew
     by a token a call, 46 us with flash; this backend's batch-1 decode took 14.6 ms a layer,
-    0.24 ms without cuDNN (benchmarks/gpu_sdpa.py, 2026-11-27). torch's SDPA switches are one set per
-    process, not per thread, so this touches the cuDNN switch alone, and only the first
-    thread in and the last one out do: the other switches stay as the caller set them.
+    0.24 ms without cuDNN (benchmarks/gpu_sdpa.py, 2026-11-27). torch's SDPA switches are
+    one set per process, not per thread, so this touches the cuDNN switch alone, and only
+    the first thread in and the last one out do: the other switches stay as the caller set
+    them.
     """
 
     _lock = threading.Lock()
