@@ -109,3 +109,72 @@ def test_an_interrupted_batch_frees_the_requests_it_paused(engine):
     finally:
         signal.signal(signal.SIGUSR1, previous)
     _settled(engine)
+
+
+# --- under KV pressure (the tiny model: bookkeeping, not outputs) ----------------------------
+async def _agent(eng: Engine, i: int, prompt: list[int], appended: list[int]) -> str:
+    """Pause for a tool, then leave the resumed segment one way (by ``i % 6``)."""
+    from agentrt.core.request import Pause
+
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    out = await eng.agenerate(prompt, params, keep_kv=True, pause=Pause("tool", 0.5 * (i % 3)))
+    rid, mode = out.request_id, i % 6
+    if mode == 1:  # break out of an async for (no aclose: the generator is dropped)
+        async for _ in eng.aresume_stream(rid, appended, params, keep_kv=False):
+            break
+    elif mode == 2:  # cancel the task of an aresume once its segment has started
+        req = eng.core.requests[rid]
+        paused_len = req.num_tokens
+        task = asyncio.ensure_future(eng.aresume(rid, appended, params, keep_kv=True))
+        while req.num_tokens == paused_len:  # until the resume has appended its tokens
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    elif mode == 3:  # asyncio.wait_for's timeout on an async stream's segment
+        async def first_then_wait():
+            async for _ in eng.aresume_stream(rid, appended, params, keep_kv=True):
+                await asyncio.Event().wait()  # the caller waits for something that never comes
+
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(first_then_wait(), 0.05)
+    elif mode == 4:  # abort while paused (its KV preserved, swapped or discarded)
+        eng.abort(rid)
+    elif mode == 5:  # aclose a stream early, then release the paused one
+        deltas = eng.astream(prompt, params)
+        await deltas.__anext__()
+        await deltas.aclose()
+        eng.release(rid)
+    else:
+        await eng.aresume(rid, appended, params, keep_kv=False)
+    return rid
+
+
+async def test_every_way_of_leaving_frees_everything_under_kv_pressure(tiny_model):
+    """24 agents on 24 pages of 4 tokens: paused KV is swapped and discarded, requests are
+    preempted; each leaves by finishing, breaking out of ``async for``, ``task.cancel()``,
+    ``wait_for``'s timeout, ``abort`` while paused or ``aclose``. Afterwards both pools are
+    whole."""
+    import gc
+    import random
+
+    rng = random.Random(0)
+    with Engine(tiny_model, dtype="float32", num_blocks=24, block_size=4,
+                host_kv_cache_gb=0.0003, max_num_batched_tokens=32, max_num_seqs=8,
+                profile_on_start=False) as eng:
+        vocab = eng.model_info.vocab_size
+        prompts = [[rng.randrange(vocab) for _ in range(rng.randint(8, 30))] for _ in range(24)]
+        appended = [[rng.randrange(vocab) for _ in range(rng.randint(2, 8))] for _ in range(24)]
+        await asyncio.gather(*(_agent(eng, i, prompts[i], appended[i]) for i in range(24)))
+        gc.collect()  # NOTE: a dropped async generator is closed by the loop's finalizer
+        deadline = time.monotonic() + 30
+        while eng.core.requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert not eng.core.requests
+        s = eng.stats
+        assert s.interceptions.num_swap + s.interceptions.num_discard > 0
+        assert s.num_preemptions > 0
+        kv = eng.core.kv
+        eng.clear_prefix_cache()
+        assert kv.pool.num_free == kv.pool.num_blocks
+        assert kv.host_pool.num_free == kv.host_pool.num_blocks
