@@ -41,6 +41,8 @@ InvalidToolCall = dict[str, Any]
 """``{"name": str | None, "args": str (the raw text), "id": str, "error": str,
 "type": "invalid_tool_call"}``."""
 _WHITESPACE = " \t\r\n"
+_JSON_LIST_OPEN = '[{"name"'
+"""Llama 3: parallel calls written as one JSON list (free decoding), read as Mistral's list."""
 
 
 def format_tool_call(name: str, args: dict[str, Any],
@@ -103,7 +105,13 @@ class ToolCallStream:
         self.tool_calls: list[ToolCall] = []
         self.invalid_tool_calls: list[InvalidToolCall] = []
         self._bare_opens = tool_format.bare_opens + tool_format.loose_opens
-        self._markers = tool_format.open_tags + self._bare_opens if can_call else ()
+        self._list_opens = (_JSON_LIST_OPEN,) if tool_format.bare_opens and \
+            not tool_format.is_list else ()
+        self._markers = tool_format.open_tags + self._bare_opens + self._list_opens \
+            if can_call else ()
+        self._in_list = tool_format.is_list
+        """Calls are read as a JSON list (``,`` between, ``]`` after): Mistral's, or a Llama 3
+        list once its ``[{"name"`` was read."""
         tags = reasoning_tags(reasoning)
         self._think = ("", "") if tags is None else (tags.open, tags.close)
         if tags is not None:
@@ -195,6 +203,9 @@ class ToolCallStream:
             return rest
         if marker in self._bare_opens:
             self._start_call()
+            return marker + rest
+        if marker in self._list_opens:
+            self._in_list, self._mode = True, "list_open"
             return marker + rest
         if self.format.is_list:
             self._mode = "list_open"
@@ -294,7 +305,7 @@ class ToolCallStream:
                 return rest
             if fmt.close_tag.startswith(stripped):
                 return None
-        elif fmt.is_list and stripped in (",", "]"):
+        elif self._in_list and stripped in (",", "]"):
             self._end_call(call)
             self._mode = "list_next" if stripped == "," else "text"
             self._after_call = stripped == "]"  # the list's end is the calls' close tag
