@@ -8,9 +8,10 @@ format is chosen from the template text (:func:`detect_format`) and can be named
 - ``"llama3"`` (Llama 3.1–3.3 JSON tool calls): ``{"name": "X", "parameters": {...}}``, calls
   separated by ``;``; the model may open a call with ``<|python_tag|>`` or directly with
   ``{"name"`` — or, as Llama 3.2 models often do when decoding is free, with a
-  ``{"type": "function", "name": …}`` key first.
+  ``{"type": "function", "name": …}`` key first; parallel calls written as one JSON list
+  (``[{"name": …}, …]``, free decoding) are read too.
 - ``"mistral"`` (Mistral v0.3, Nemo): ``[TOOL_CALLS] [{"name": "X", "arguments": {...}}]``,
-  all calls of a turn in one JSON list.
+  all calls of a turn in one JSON list (one object without the list is read as one call).
 - ``"mistral_args"`` (Mistral tokenizers v11+: Magistral, Devstral, Mistral-Small-3.2,
   Ministral 3): ``[TOOL_CALLS]X[ARGS]{...}``, one ``[TOOL_CALLS]`` per call, the arguments
   object alone after ``[ARGS]``; v11 templates put the call's id in between,
