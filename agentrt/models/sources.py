@@ -429,11 +429,15 @@ def _ollama_blob(models: Path, manifest: Path) -> Path:
         layers = json.loads(manifest.read_text())["layers"]
         if not isinstance(layers, list):
             raise TypeError("layers is not a list")
-        digest = next(x["digest"] for x in layers
-                      if isinstance(x, dict) and x.get("mediaType") == _OLLAMA_MODEL_LAYER)
-    except (OSError, ValueError, KeyError, TypeError, StopIteration, RecursionError) as exc:
+        digest = next((x["digest"] for x in layers
+                       if isinstance(x, dict) and x.get("mediaType") == _OLLAMA_MODEL_LAYER), None)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ModelNotFoundError(f"{manifest}: not an Ollama manifest with a model layer "
                                  f"({type(exc).__name__})") from None
+    if digest is None:
+        raise ModelNotFoundError(f"{manifest}: not an Ollama manifest with a model layer: no "
+                                 "model layer, so no weights on this machine (Ollama's cloud "
+                                 "models, such as gpt-oss:120b-cloud, run remotely)")
     found = _DIGEST.fullmatch(str(digest))
     if found is None:
         raise ModelNotFoundError(f"{manifest}: model layer digest {str(digest)[:80]!r} is invalid")

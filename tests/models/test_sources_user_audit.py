@@ -198,3 +198,18 @@ def test_a_folder_s_format_is_read_from_either_dtype_key(stores):
                                                           key: "bfloat16"}))
     found = {m.name: m.format for m in list_local_models()}
     assert found["org/old"] == found["org/new"] == "bfloat16"
+
+
+def test_an_ollama_cloud_model_says_it_has_no_weights_here(stores):
+    """`ollama list` shows cloud models (gpt-oss:120b-cloud): their manifest names a config
+    and no model layer; 'StopIteration' told the user nothing."""
+    _, models = stores
+    manifest = models / "manifests" / "registry.ollama.ai" / "library" / "gpt-oss" / "120b-cloud"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "config": {
+        "mediaType": "application/vnd.docker.container.image.v1+json",
+        "digest": "sha256:" + "1" * 64}, "layers": []}))
+    with pytest.raises(ModelNotFoundError) as miss:
+        locate("ollama:gpt-oss:120b-cloud")
+    assert "no model layer" in str(miss.value) and "cloud" in str(miss.value)
+    assert "StopIteration" not in str(miss.value)
