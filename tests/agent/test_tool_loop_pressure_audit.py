@@ -49,11 +49,11 @@ class _Lookup(ArgumentInvocation):
 @pytest.fixture(scope="module")
 def small(engine):
     """The one extra real-model engine of this file: 14 pages of 16 tokens, a small host
-    pool, the default least-waste handling."""
+    pool, the default least-waste handling (on the cost model's defaults: not profiled)."""
     from agentrt import Engine
 
     with Engine(dtype="float32", num_blocks=14, block_size=16, host_kv_cache_gb=0.005,
-                max_num_batched_tokens=64) as eng:
+                max_num_batched_tokens=64, profile_on_start=False) as eng:
         yield eng
 
 
