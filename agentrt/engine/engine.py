@@ -137,16 +137,20 @@ class Engine:
                 f"max_model_len={self.max_model_len}{closed})")
 
     def load(self) -> EngineLoad:
-        """The scheduler's queues and the KV pool, read between two steps (a consistent view;
-        waits for the step in flight)."""
+        """The scheduler's queues, the paused requests and the KV pools, read between two
+        steps (a consistent view; waits for the step in flight)."""
         core = self.core
         with self._lock:
+            host = core.kv.host_pool
             return EngineLoad(
                 num_running=len(core.scheduler.running),
                 num_waiting=len(core.scheduler.waiting),
                 num_free_blocks=core.kv.pool.num_free,
                 num_evictable_blocks=core.kv.cache.num_evictable_blocks,
                 num_total_blocks=core.kv.pool.num_blocks,
+                num_paused=len(core.interceptions.paused),
+                num_free_host_blocks=host.num_free if host is not None else 0,
+                num_total_host_blocks=host.num_blocks if host is not None else 0,
             )
 
     # --- generate ---------------------------------------------------------------------------

@@ -24,6 +24,13 @@ class EngineLoad:
     num_evictable_blocks: int
     """Blocks held only by the prefix cache (reclaimed on demand)."""
     num_total_blocks: int
+    num_paused: int = 0
+    """Requests paused for a tool or between a session's calls (their KV preserved on the
+    device, swapped to the host pool or discarded; neither running nor waiting)."""
+    num_free_host_blocks: int = 0
+    """Free blocks of the host pool that swapped-out KV goes to (0 without one)."""
+    num_total_host_blocks: int = 0
+    """Blocks of the host pool (``host_kv_cache_gb``; 0 without one)."""
 
     @property
     def kv_usage(self) -> float:

@@ -34,6 +34,8 @@ class InterceptionStats:
     """Engine-wide interception counters."""
 
     num_interceptions: int = 0
+    """Every pause: for a tool, and a session's hold between two calls (the local backend
+    keeps each call's KV for the next), released or aborted ones included."""
     num_recomputed_tokens: int = 0
     num_swapped_out_tokens: int = 0
     num_swapped_in_tokens: int = 0
@@ -41,8 +43,13 @@ class InterceptionStats:
     swap_seconds: float = 0.0
     waste_bytes_seconds: float = 0.0
     num_preserve: int = 0
+    """Pauses resumed with their KV still on the device (one released or aborted while
+    paused is not counted in any of ``num_preserve`` / ``num_discard`` / ``num_swap``)."""
     num_discard: int = 0
+    """Pauses resumed after their KV was discarded (recomputed from what the prefix cache
+    kept)."""
     num_swap: int = 0
+    """Pauses resumed after their KV was swapped to the host pool (swapped back in)."""
 
     @property
     def waste_gb_seconds(self) -> float:

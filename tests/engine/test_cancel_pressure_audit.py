@@ -174,7 +174,26 @@ async def test_every_way_of_leaving_frees_everything_under_kv_pressure(tiny_mode
         s = eng.stats
         assert s.interceptions.num_swap + s.interceptions.num_discard > 0
         assert s.num_preemptions > 0
-        kv = eng.core.kv
         eng.clear_prefix_cache()
-        assert kv.pool.num_free == kv.pool.num_blocks
-        assert kv.host_pool.num_free == kv.host_pool.num_blocks
+        load = eng.load()
+        assert load.num_free_blocks == load.num_total_blocks and load.num_paused == 0
+        assert load.num_free_host_blocks == load.num_total_host_blocks > 0
+
+
+def test_load_shows_paused_requests_and_the_host_pool(tiny_model):
+    """Paused requests hold KV while neither running nor waiting: ``load()`` counts them, and
+    the host pool their KV may be swapped to (before: neither was visible, so a user could not
+    tell what held the pool, nor check the host pool for leaks)."""
+    with Engine(tiny_model, dtype="float32", num_blocks=16, block_size=4,
+                host_kv_cache_gb=0.0003, profile_on_start=False) as eng:
+        out = eng.generate([5, 6, 7, 8, 9, 10], SamplingParams(max_tokens=3), keep_kv=True)
+        load = eng.load()
+        assert (load.num_running, load.num_waiting, load.num_paused) == (0, 0, 1)
+        assert load.kv_usage > 0
+        with eng._lock:
+            eng.core.move_kv(out.request_id, "swap")
+        load = eng.load()
+        assert 0 < load.num_free_host_blocks < load.num_total_host_blocks
+        eng.release(out.request_id)
+        load = eng.load()
+        assert load.num_paused == 0 and load.num_free_host_blocks == load.num_total_host_blocks
