@@ -46,13 +46,17 @@ def no_color() -> bool:
 
 
 def hf_hub_cache() -> Path:
-    """The Hugging Face hub cache, as huggingface_hub finds it: ``$HF_HUB_CACHE``, else
-    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (read at call time)."""
-    explicit = os.environ.get("HF_HUB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-    return Path(home).expanduser() / "hub"
+    """The Hugging Face hub cache, found as huggingface_hub finds it but read at call time:
+    ``$HF_HUB_CACHE``, else the legacy ``$HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``$XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub`` (``~`` and
+    ``$VARS`` expanded, as huggingface_hub does)."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if not explicit:
+        home = os.environ.get("HF_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+            "huggingface")
+        explicit = os.path.join(os.path.expandvars(os.path.expanduser(home)), "hub")
+    return Path(os.path.expandvars(os.path.expanduser(explicit)))
 
 
 def ollama_models_dirs() -> list[Path]:

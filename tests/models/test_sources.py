@@ -321,3 +321,26 @@ def test_a_local_folder_that_is_no_model_does_not_hide_the_cached_hub_id(stores,
     with pytest.raises(ModelNotFoundError) as miss:
         locate("org/other")
     assert "has no config.json" in str(miss.value) and "no snapshot of org/other" in str(miss.value)
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"HF_HUB_CACHE": "{tmp}/a"}, "{tmp}/a"),
+    ({"HUGGINGFACE_HUB_CACHE": "{tmp}/legacy"}, "{tmp}/legacy"),
+    ({"HF_HUB_CACHE": "{tmp}/a", "HUGGINGFACE_HUB_CACHE": "{tmp}/legacy"}, "{tmp}/a"),
+    ({"HF_HOME": "{tmp}/home"}, "{tmp}/home/hub"),
+    ({"XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/xdg/huggingface/hub"),
+    ({"HF_HOME": "{tmp}/home", "XDG_CACHE_HOME": "{tmp}/xdg"}, "{tmp}/home/hub"),
+    ({"HF_HOME": "$AGENTRT_TEST_ROOT/home"}, "{tmp}/home/hub"),
+])
+def test_the_hf_cache_is_found_as_huggingface_hub_finds_it(monkeypatch, tmp_path, variables,
+                                                            expected):
+    """Every variable huggingface_hub reads, in its order, ``$VARS`` expanded: a user with
+    only ``XDG_CACHE_HOME`` (or the legacy ``HUGGINGFACE_HUB_CACHE``) set finds their cache."""
+    from agentrt import env
+
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGENTRT_TEST_ROOT", str(tmp_path))
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value.format(tmp=tmp_path))
+    assert env.hf_hub_cache() == Path(expected.format(tmp=tmp_path))
