@@ -108,8 +108,9 @@ def _usage(choices: Choices) -> Usage:
 
 
 async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
-    """Render, tokenize and build the grammar in a worker thread (they take milliseconds);
-    a 400 for input the chat layer rejects or a ``max_tokens`` the context cannot hold."""
+    """Render, tokenize and compile the grammar in a worker thread (milliseconds; a grammar
+    up to seconds); a 400 for input the chat layer rejects or a ``max_tokens`` the context
+    cannot hold."""
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     tools = [t.model_dump(exclude_none=True) for t in body.tools or ()]
     try:
@@ -122,13 +123,20 @@ async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
             max_tokens=body.output_limit or state.max_model_len,
             chat_template_kwargs=body.chat_template_kwargs, logprobs=logprobs,
             request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
-        call = await anyio.to_thread.run_sync(prepare)
+        call = await anyio.to_thread.run_sync(partial(_prepared, state, prepare))
     except ValueError as exc:
         raise APIError.bad_request(exc) from exc
     if body.output_limit is not None:
         param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
         check_context(state.max_model_len, len(call.prompt_ids), body.output_limit,
                       param=param, chat=True)
+    return call
+
+
+def _prepared(state: ServerState, prepare: Any) -> ChatCall:
+    """``prepare()``'s call, its grammar compiled (see :meth:`ServerState.compile_grammar`)."""
+    call = prepare()
+    state.compile_grammar(call.params)
     return call
 
 

@@ -115,7 +115,10 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, int], None
         async def handle(request: Request, exc: Exception) -> JSONResponse:
             error = convert(request, exc)
             on_error(request, error.status_code)
-            return error_response(error)
+            response = error_response(error)
+            if isinstance(exc, HTTPException) and exc.headers:  # a 405's Allow
+                response.headers.update(exc.headers)
+            return response
 
         return handle
 

@@ -94,6 +94,7 @@ async def _prepare(state: ServerState, native: NativeState, body: GenerateReques
                    started: float) -> NativeRun:
     try:
         params = body.params.to_params()
+        await anyio.to_thread.run_sync(state.compile_grammar, params)
     except ValueError as exc:
         raise APIError.bad_request(exc, param="sampling_params") from exc
     ids = body.input_ids

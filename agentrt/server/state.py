@@ -26,6 +26,7 @@ from agentrt.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
     from agentrt.backends.base import Backend
+    from agentrt.core.sampling_params import SamplingParams
     from agentrt.engine.engine import Engine
 
 __all__ = ["ServerState", "State", "default_model_names", "get_state"]
@@ -91,6 +92,20 @@ class ServerState:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens added), as the served model reads it."""
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def compile_grammar(self, params: SamplingParams) -> None:
+        """Compile ``params.grammar`` for the local engine in the calling (worker) thread; a
+        ``ValueError`` if it does not compile.
+
+        The engine compiles it again when the request is queued — on the event loop, under
+        the engine's lock, so a slow compile (seconds for a long ``maxLength``) would stall
+        every client's stream — and then finds it in xgrammar's cache.
+        """
+        if self.engine is None or params.grammar is None:
+            return
+        from agentrt.engine.grammar import with_grammar_processor
+
+        with_grammar_processor(params, self.engine.core)  # NOTE: the core's grammar backend
 
     def local_engine(self, what: str) -> Engine:
         """The local engine, or a 501 saying that ``what`` needs one (a fronted backend)."""
