@@ -322,10 +322,12 @@ class LLMEngine:
         sampled = sample(logits, sampled_reqs) if sampled_reqs else Sampled([], {})
         self._last_batch_tokens = out.num_tokens
         record_step(self, out.num_tokens, time.perf_counter() - t0, recomputed)
-        updates = [self._fail(req, sampled.errors[i]) if i in sampled.errors
-                   else self._append(req, tok)
-                   for i, (req, tok) in enumerate(zip(sampled_reqs, sampled.token_ids,
-                                                      strict=True))]
+        updates = []
+        for i, (req, tok) in enumerate(zip(sampled_reqs, sampled.token_ids, strict=True)):
+            if req.status is RequestStatus.FINISHED:
+                continue  # NOTE: aborted by an earlier hook of this step (its update went out)
+            updates.append(self._fail(req, sampled.errors[i]) if i in sampled.errors
+                           else self._append(req, tok))
         self.interceptions.end_step(self.scheduler.num_running_tokens, out.num_tokens,
                                     self._memory_pressure)
         return updates
@@ -338,6 +340,8 @@ class LLMEngine:
 
     def _append(self, req: Request, token: int) -> StepUpdate:
         reason = self.outputs.append(req, token)
+        if req.status is RequestStatus.FINISHED:  # its own hook aborted it through the engine
+            return make_update(req, [req.token_ids[-1]], "", True)
         if reason is not None:
             self.scheduler.remove(req)
             self._finish(req, reason)

@@ -197,3 +197,28 @@ def test_load_shows_paused_requests_and_the_host_pool(tiny_model):
         eng.release(out.request_id)
         load = eng.load()
         assert load.num_paused == 0 and load.num_free_host_blocks == load.num_total_host_blocks
+
+
+@pytest.mark.parametrize("victim", ["sibling", "itself"])
+@pytest.mark.parametrize("keep_kv", [True, False])
+def test_a_hook_that_aborts_a_request_of_its_step_leaves_no_ghost(tiny_model, victim, keep_kv):
+    """First-answer-wins agents: the hook of request ``a`` aborts ``b`` (or ``a`` itself)
+    through the engine while both sample in the same step. Before, the aborted request was
+    then finished a second time: with ``keep_kv`` it stayed paused in the interception
+    manager although gone from the engine (``num_paused`` never fell back to 0), without it
+    it was counted finished twice."""
+    from agentrt.config import EngineConfig
+    from agentrt.engine.llm_engine import LLMEngine
+
+    core = LLMEngine(EngineConfig(model=tiny_model, dtype="float32", num_blocks=32,
+                                  block_size=4, profile_on_start=False))
+    target = "b" if victim == "sibling" else "a"
+    core.add_request([5, 6, 7], SamplingParams(max_tokens=1), request_id="a", keep_kv=keep_kv,
+                     hook=lambda req, tokens: core.abort(target))
+    core.add_request([8, 9, 10], SamplingParams(max_tokens=1), request_id="b", keep_kv=keep_kv)
+    updates = {u.request.request_id: u for u in core.step()}
+    assert target not in core.requests and target not in core.interceptions.paused
+    if target in updates:
+        assert updates[target].finished and updates[target].delta.finish_reason == "abort"
+    assert core.stats.num_aborted == 1
+    assert core.stats.num_finished == 1 + (not keep_kv)  # the other one ends (or pauses)
