@@ -73,6 +73,18 @@ def load_model(model: str | Path | None = None, dtype: torch.dtype = torch.float
     ``device`` as they load.
     """
     path, _ = locate(model)
+    try:
+        return _load(path, dtype, quantization, fused_ops, device, gguf_activations)
+    except UnsupportedModelError as exc:
+        if model is None or str(model) in str(exc):
+            raise
+        # NOTE: a name's file may say nothing to its user (an Ollama blob is sha256-...)
+        raise UnsupportedModelError(f"{model}: {exc}") from exc
+
+
+def _load(path: Path, dtype: torch.dtype, quantization: str, fused_ops: bool,
+          device: str | torch.device, gguf_activations: str) -> LoadedModel:
+    """:func:`load_model` on the located ``path``."""
     quantization = resolve_quantization(quantization, path.is_file(), device, dtype)
     weights: Weights
     if quantization == "gguf":

@@ -344,3 +344,18 @@ def test_the_hf_cache_is_found_as_huggingface_hub_finds_it(monkeypatch, tmp_path
     for name, value in variables.items():
         monkeypatch.setenv(name, value.format(tmp=tmp_path))
     assert env.hf_hub_cache() == Path(expected.format(tmp=tmp_path))
+
+
+def test_a_model_found_by_name_that_cannot_load_is_named_as_the_user_wrote_it(stores, tmp_path):
+    """An Ollama model's blob is a file called sha256-…: the error names ``ollama:NAME`` as
+    well as the file, so a user knows which of their models it is."""
+    from agentrt.models import UnsupportedModelError, load_model
+
+    _, models = stores
+    blob = ollama_model(models, ("registry.ollama.ai", "library", "oldarch", "2b"),
+                        write_gguf(tmp_path / "src.gguf", arch="gpt2"))
+    with pytest.raises(UnsupportedModelError) as info:
+        load_model("ollama:oldarch:2b")
+    message = str(info.value)
+    assert message.startswith("ollama:oldarch:2b") and "'gpt2'" in message, message
+    assert blob.name in message, message
