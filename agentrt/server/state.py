@@ -33,12 +33,34 @@ __all__ = ["ServerState", "State", "default_model_names", "get_state"]
 
 
 def default_model_names(model: str | None) -> list[str]:
-    """The names a model is served under: its short name, then the ``--model`` value."""
+    """The names a model is served under: its short name, then the ``--model`` value.
+
+    An ``ollama:NAME`` model answers to the names a client of Ollama's own OpenAI API sends:
+    the name as ``ollama list`` prints it first (``qwen3:0.6b``), the name as given, and the
+    bare name where the tag is ``latest`` (Ollama reads ``llama3.2`` as ``llama3.2:latest``).
+    """
     model = model or env.default_model()
     if model is None:
         return [DEFAULT_MODEL]
+    if model.startswith("ollama:"):
+        return list(dict.fromkeys([*_ollama_names(model.removeprefix("ollama:")), model]))
     short = Path(model.rstrip("/")).name.removesuffix(".gguf")
     return list(dict.fromkeys([short, model]))
+
+
+def _ollama_names(name: str) -> list[str]:
+    """What Ollama's clients call the model ``name``: its listed name, ``name``, and the name
+    without ``:latest`` (nothing where ``name`` is not a valid Ollama name)."""
+    from agentrt.models.sources import parse_ollama_name
+
+    try:
+        parsed = parse_ollama_name(name)
+    except ValueError:
+        return []
+    names = [parsed.short, name]
+    if parsed.tag == "latest":
+        names.append(parsed.short.removesuffix(":latest"))
+    return names
 
 
 @dataclass
