@@ -27,7 +27,7 @@ from agentrt.agent import (
 )
 from agentrt.core.sampling_params import SamplingParams
 
-NEIGHBOUR = SamplingParams(max_tokens=16, ignore_eos=True)
+NEIGHBOUR = SamplingParams(max_tokens=10, ignore_eos=True)
 TOOL_PARAMS = SamplingParams(max_tokens=12)
 
 
@@ -81,6 +81,16 @@ def prompts(engine):
     return chat("Run the tool.", system), chat("Write a sentence about the sea.")
 
 
+_ALONE: dict[str, list[int]] = {}
+
+
+def _alone(engine, prompt: str) -> list[int]:
+    """The neighbour's tokens alone on the engine (computed once)."""
+    if prompt not in _ALONE:
+        _ALONE[prompt] = engine.generate(prompt, NEIGHBOUR).token_ids
+    return _ALONE[prompt]
+
+
 @pytest.mark.parametrize(("how", "error"), [
     ("raise", "ZeroDivisionError: a bug in the tool"),
     ("exit", "died unexpectedly"),
@@ -89,7 +99,7 @@ def prompts(engine):
 def test_a_failing_tool_is_an_error_and_its_neighbour_decodes_on(engine, runtime, prompts,
                                                                  how, error):
     tool_prompt, other = prompts
-    alone = engine.generate(other, NEIGHBOUR).token_ids
+    alone = _alone(engine, other)
     runs: list = []
     failures: list[BaseException] = []
 
