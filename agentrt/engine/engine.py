@@ -23,6 +23,7 @@ from agentrt.core.openmp import release_openmp_pool
 from agentrt.core.options import RequestOptions
 from agentrt.core.request import Request
 from agentrt.core.sampling_params import SamplingParams
+from agentrt.engine.grammar import with_grammar_processor
 from agentrt.engine.llm_engine import LLMEngine, is_prompt
 from agentrt.engine.output_processor import StepUpdate, make_update
 from agentrt.engine.outputs import EngineLoad, EngineStats, RequestOutput, StreamDelta
@@ -176,6 +177,7 @@ class Engine:
                         options: RequestOptions | None = None, **fields: Any):
         """Async twin of :meth:`generate` (cancelling it aborts its requests)."""
         batch, single = _prompt_batch(prompts)
+        await self._acompile_grammar(params)
         pairs = [_async_queue() for _ in batch]
         reqs = self._submit_batch(batch, params, RequestOptions.of(options, **fields),
                                   [sub for _, sub in pairs])
@@ -207,6 +209,7 @@ class Engine:
                       ) -> AsyncIterator[StreamDelta]:
         """Async twin of :meth:`stream`; closing the iterator early (``aclose()``, or
         ``contextlib.aclosing`` around an ``async for`` that breaks) aborts the request."""
+        await self._acompile_grammar(params)
         q, sub = _async_queue()
         req = self.submit(prompt, params, options, subscriber=sub, **fields)
         async with aclosing(self._adeltas(req, q)) as deltas:  # NOTE: abort on our aclose
@@ -228,6 +231,7 @@ class Engine:
                              options: RequestOptions | None = None, **kwargs: Any
                              ) -> AsyncIterator[StreamDelta]:
         """Async twin of :meth:`resume_stream`."""
+        await self._acompile_grammar(params)
         q, sub = _async_queue()
         req = self._submit_resume(request_id, appended, params, options, sub, kwargs)
         async with aclosing(self._adeltas(req, q)) as deltas:
@@ -253,6 +257,7 @@ class Engine:
                       params: SamplingParams | None = None,
                       options: RequestOptions | None = None, **kwargs: Any) -> RequestOutput:
         """Async twin of :meth:`resume`."""
+        await self._acompile_grammar(params)
         q, sub = _async_queue()
         req = self._submit_resume(request_id, appended, params, options, sub, kwargs)
         return await self._aoutput(req, q)
@@ -300,6 +305,7 @@ class Engine:
         exists, the driver thread's parallel regions lose their spin-wait.
         """
         release_openmp_pool()
+        self._compile_grammar(params)
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, options, **fields)
@@ -311,6 +317,7 @@ class Engine:
     def _submit_resume(self, request_id, appended, params, options, subscriber,
                        kwargs) -> Request:
         release_openmp_pool()  # as in submit()
+        self._compile_grammar(params)
         with self._lock:
             self._check_open()
             req = self.core.resume(request_id, appended, params, options, **kwargs)
@@ -326,6 +333,7 @@ class Engine:
             raise ValueError(f"request_id={opts.request_id!r} names one request; a batch of "
                              f"{len(batch)} prompts takes none (each gets its own)")
         reqs: list[Request] = []
+        self._compile_grammar(params)
         with self._lock:
             try:
                 for prompt, sub in zip(batch, subscribers, strict=True):
@@ -335,6 +343,20 @@ class Engine:
                     self.abort(req.request_id)
                 raise
         return reqs
+
+    def _compile_grammar(self, params: SamplingParams | None) -> None:
+        """Compile ``params.grammar`` (if any) before the lock is taken: the request's own
+        compile under the lock then finds it in xgrammar's cache, so a slow compile (seconds
+        for a json_schema with a long ``maxLength``) stalls no other request's steps. A
+        grammar that does not compile raises its ``ValueError`` here (params of another type
+        are left to the request's own checks)."""
+        if isinstance(params, SamplingParams) and params.grammar is not None:
+            with_grammar_processor(params, self.core)
+
+    async def _acompile_grammar(self, params: SamplingParams | None) -> None:
+        """:meth:`_compile_grammar` on a worker thread: the caller's event loop runs on."""
+        if isinstance(params, SamplingParams) and params.grammar is not None:
+            await asyncio.to_thread(with_grammar_processor, params, self.core)
 
     def close(self) -> None:
         """Stop the driver thread, aborting unfinished requests."""

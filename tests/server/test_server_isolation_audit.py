@@ -382,11 +382,10 @@ def test_a_grammar_is_compiled_off_the_event_loop_and_outside_the_engine_lock(
     assert not on_loop and not locked
 
 
-@pytest.mark.xfail(strict=True, reason="engine defect: LLMEngine.add_request compiles a "
-                   "request's grammar while Engine.submit holds Engine._lock, so the driver "
-                   "thread steps no request while xgrammar works (seconds for a json_schema "
-                   "maxLength of 100000); agentrt/engine is not this audit's to change")
 def test_the_engine_compiles_a_grammar_outside_its_lock(engine):
+    """Engine.submit compiled a request's grammar under Engine._lock: the driver thread
+    stepped no request while xgrammar worked (seconds for a json_schema maxLength of
+    100000)."""
     from agentrt.core.sampling_params import Grammar, SamplingParams
 
     marker = "h49-engine-lock"
@@ -395,6 +394,25 @@ def test_the_engine_compiles_a_grammar_outside_its_lock(engine):
     with _spied_compiler(engine) as spy:
         engine.generate("{", params)
     assert not _first_compile(spy, marker)[2]
+
+
+@pytest.mark.parametrize("call", ["astream", "agenerate"])
+async def test_the_engine_s_async_calls_compile_a_grammar_off_the_event_loop(engine, call):
+    """An async caller's loop runs on while xgrammar compiles (on a worker thread), and the
+    compile holds no lock."""
+    from agentrt.core.sampling_params import Grammar, SamplingParams
+
+    marker = f"h49-engine-{call}"
+    schema = {"type": "object", "properties": {marker: {"type": "integer"}}}
+    params = SamplingParams(max_tokens=1, grammar=Grammar("json_schema", json.dumps(schema)))
+    with _spied_compiler(engine) as spy:
+        if call == "astream":
+            async for _ in engine.astream("{", params):
+                pass
+        else:
+            await engine.agenerate("{", params)
+    _, on_loop, locked = _first_compile(spy, marker)
+    assert not on_loop and not locked
 
 
 def test_a_wrong_method_is_a_405_in_openai_shape_naming_the_allowed_one(server):
