@@ -47,13 +47,33 @@ class _EngineCollector:
         ("agentrt_kv_evictable_blocks", "num_evictable_blocks",
          "KV blocks held only by the prefix cache (freed on demand)."),
         ("agentrt_kv_total_blocks", "num_total_blocks", "KV blocks in the device pool."),
+        ("agentrt_num_requests_paused", "num_paused",
+         "Requests paused with their KV (a tool running, a session between calls)."),
+        ("agentrt_kv_host_free_blocks", "num_free_host_blocks",
+         "Free blocks of the host pool paused requests are swapped to (0 without one)."),
+        ("agentrt_kv_host_total_blocks", "num_total_host_blocks",
+         "Blocks in the host pool paused requests are swapped to (0 without one)."),
     )
     _COUNTERS = (
         ("agentrt_prefix_cached_tokens", "num_cached_tokens",
          "Prompt tokens served from the prefix cache instead of being computed."),
         ("agentrt_prefill_computed_tokens", "num_prefill_tokens",
          "Tokens computed in prefill (prompts, appended tokens, recomputation)."),
+        ("agentrt_preemptions", "num_preemptions",
+         "Running requests preempted to make room in the KV cache."),
     )
+    _INTERCEPTION_COUNTERS = (
+        ("agentrt_interceptions", "num_interceptions",
+         "Pauses: for a tool, and a session's hold between two calls."),
+        ("agentrt_recomputed_tokens", "num_recomputed_tokens",
+         "Tokens computed again after a paused request's KV was discarded."),
+        ("agentrt_swapped_out_tokens", "num_swapped_out_tokens",
+         "Tokens of paused requests' KV moved to the host pool."),
+        ("agentrt_swapped_in_tokens", "num_swapped_in_tokens",
+         "Tokens of paused requests' KV moved back from the host pool."),
+    )
+    _STRATEGIES = (("preserve", "num_preserve"), ("swap", "num_swap"),
+                   ("discard", "num_discard"))
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -65,6 +85,15 @@ class _EngineCollector:
         stats = self.engine.stats
         for name, field, doc in self._COUNTERS:
             yield CounterMetricFamily(name, doc, value=getattr(stats, field))
+        paused = stats.interceptions
+        for name, field, doc in self._INTERCEPTION_COUNTERS:
+            yield CounterMetricFamily(name, doc, value=getattr(paused, field))
+        resumes = CounterMetricFamily(
+            "agentrt_interception_resumes", "Paused requests resumed, by what the "
+            "interception policy had done with their KV.", labels=["strategy"])
+        for strategy, field in self._STRATEGIES:
+            resumes.add_metric([strategy], getattr(paused, field))
+        yield resumes
 
 
 class _RemoteLoadCollector:
@@ -94,8 +123,9 @@ class _RemoteLoadCollector:
             "num_total_blocks": sum(r["max_total_num_tokens"] for r in ranks) // page,
         }
         for name, field, doc in _EngineCollector._GAUGES:
-            yield GaugeMetricFamily(name, f"{doc} (the backend's /get_load)",
-                                    value=values[field])
+            if field in values:  # NOTE: /get_load says nothing of paused requests
+                yield GaugeMetricFamily(name, f"{doc} (the backend's /get_load)",
+                                        value=values[field])
 
     def _get(self, path: str):
         response = httpx.get(self.url + path, timeout=self.timeout, headers=self.headers)
