@@ -60,18 +60,6 @@ def ollama_model(models: Path, manifest_parts: tuple[str, ...], blob_source: Pat
     return blob
 
 
-@pytest.fixture()
-def stores(tmp_path, monkeypatch):
-    """An empty HF cache and Ollama store, and $AGENTRT_MODEL unset."""
-    cache, models = tmp_path / "hf" / "hub", tmp_path / "ollama"
-    cache.mkdir(parents=True)
-    models.mkdir()
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("OLLAMA_MODELS", str(models))
-    monkeypatch.delenv("AGENTRT_MODEL", raising=False)
-    return cache, models
-
-
 def test_paths_resolve_to_themselves(stores, tmp_path):
     gguf_file = write_gguf(tmp_path / "m.gguf")
     assert locate(gguf_file) == (gguf_file, "path")

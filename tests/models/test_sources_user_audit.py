@@ -15,18 +15,6 @@ from agentrt.models.sources import ModelNotFoundError, list_local_models, locate
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"
 
 
-@pytest.fixture()
-def stores(tmp_path, monkeypatch):
-    """An empty HF cache and Ollama store, and $AGENTRT_MODEL unset."""
-    cache, models = tmp_path / "hf" / "hub", tmp_path / "ollama"
-    cache.mkdir(parents=True)
-    models.mkdir()
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("OLLAMA_MODELS", str(models))
-    monkeypatch.delenv("AGENTRT_MODEL", raising=False)
-    return cache, models
-
-
 def _pinned(cache, repo_id: str, commit: str = COMMIT, ref: str | None = None):
     """A repository downloaded only at ``commit`` (``hf download --revision``): no refs/main;
     with ``ref``, refs/<ref> names the commit (a tag or branch)."""
