@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gguf import GGUFReader
 
-__all__ = ["read_header"]
+__all__ = ["read_header", "read_summary"]
 
 
 def read_header(path: Path) -> GGUFReader:
@@ -38,6 +38,65 @@ def read_header(path: Path) -> GGUFReader:
     except (ValueError, KeyError, IndexError, TypeError, OverflowError, UnicodeError) as exc:
         why = f"{type(exc).__name__}: {exc}"
         raise ValueError(f"{path}: not a readable GGUF file ({why})") from None
+
+
+def read_summary(path: Path) -> tuple[str | None, str | None]:
+    """``general.architecture`` and the file type (``"Q4_K_M"``; None for what the file does
+    not say), without parsing the rest of the header.
+
+    The header is walked with this module's bounds checks (a file cut short, or with counts
+    past its end, is a ``ValueError``), then only these two keys are read:
+    ``gguf.GGUFReader`` would parse each of the tokenizer's ~100,000 strings into arrays,
+    seconds a model. A file without ``general.file_type`` is named after the type that holds
+    most of its values. ``OSError`` where the file cannot be read.
+    """
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as head:
+        try:
+            return _summary(path, head)
+        except (struct.error, OverflowError) as exc:
+            raise ValueError(f"{path}: corrupt GGUF header ({exc})") from None
+
+
+def _summary(path: Path, head: mmap.mmap) -> tuple[str | None, str | None]:
+    from gguf import GGMLQuantizationType, LlamaFileType
+
+    size = len(head)
+    _check_layout(path, head, size)
+    num_tensors, num_kv = struct.unpack_from("<QQ", head, 8)
+    offset, arch, file_type = 24, None, None
+    for _ in range(num_kv):
+        key_end = _value(path, head, size, offset, _STRING)
+        kind = struct.unpack_from("<I", head, _need(path, size, key_end, 4) - 4)[0]
+        key, at = head[offset + 8:key_end], key_end + 4
+        offset = _value(path, head, size, at, kind)
+        if key == b"general.architecture" and kind == _STRING:
+            arch = bytes(head[at + 8:offset]).decode(errors="replace")
+        elif key == b"general.file_type" and kind in (4, 5):  # uint32, int32
+            file_type = struct.unpack_from("<I", head, at)[0]
+        if arch is not None and file_type is not None:
+            break
+    if file_type is not None:
+        try:
+            name = LlamaFileType(file_type).name
+        except ValueError:
+            return arch, str(file_type)
+        return arch, name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    counts: dict[int, int] = {}
+    for _ in range(num_tensors):
+        name_end = _value(path, head, size, offset, _STRING)
+        n_dims = struct.unpack_from("<I", head, _need(path, size, name_end, 4) - 4)[0]
+        if not 1 <= n_dims <= 4:
+            return arch, None
+        offset = _need(path, size, name_end + 4, 8 * n_dims + 12)
+        *dims, kind, _ = struct.unpack_from(f"<{n_dims}QIQ", head, name_end + 4)
+        counts[kind] = counts.get(kind, 0) + math.prod(dims)
+    if not counts:
+        return arch, None
+    kind = max(counts, key=counts.__getitem__)
+    try:
+        return arch, GGMLQuantizationType(kind).name
+    except ValueError:
+        return arch, str(kind)
 
 
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}

@@ -25,7 +25,6 @@ refused with :class:`~agentrt.models.config.UnsupportedModelError` saying how to
 from __future__ import annotations
 
 import json
-import math
 import re
 import stat
 from collections.abc import Callable, Iterator
@@ -571,65 +570,11 @@ def _folder_info(path: Path) -> tuple[str | None, str | None]:
 
 
 def _gguf_info(path: Path) -> tuple[str | None, str | None]:
-    """``general.architecture`` and the file type (None for what the file does not say).
-
-    The header is walked with :mod:`.gguf_header`'s bounds checks (a file cut short, or with
-    counts past its end, is listed without details), then only the keys shown are read:
-    ``gguf.GGUFReader`` would parse each of the tokenizer's ~100,000 strings into arrays,
-    seconds a model. A file without ``general.file_type`` is named after the type that holds
-    most of its values.
-    """
-    import mmap
-    import struct
+    """``general.architecture`` and the file type, as :func:`.gguf_header.read_summary` reads
+    them; (None, None) for a file that is no GGUF or a broken one."""
+    from agentrt.models.gguf_header import read_summary
 
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as head:
-            return _header_info(path, head)
-    except (OSError, ValueError, struct.error, OverflowError):  # not a GGUF, or a broken one
+        return read_summary(path)
+    except (OSError, ValueError):
         return None, None
-
-
-def _header_info(path: Path, head) -> tuple[str | None, str | None]:
-    import struct
-
-    from gguf import GGMLQuantizationType, LlamaFileType
-
-    from agentrt.models.gguf_header import _check_layout, _need, _value
-
-    size = len(head)
-    _check_layout(path, head, size)  # NOTE: a ValueError for a file GGUFReader would refuse
-    num_tensors, num_kv = struct.unpack_from("<QQ", head, 8)
-    offset, arch, file_type = 24, None, None
-    for _ in range(num_kv):
-        key_end = _value(path, head, size, offset, 8)  # the key, a string
-        kind = struct.unpack_from("<I", head, _need(path, size, key_end, 4) - 4)[0]
-        key, at = head[offset + 8:key_end], key_end + 4
-        offset = _value(path, head, size, at, kind)
-        if key == b"general.architecture" and kind == 8:
-            arch = bytes(head[at + 8:offset]).decode(errors="replace")
-        elif key == b"general.file_type" and kind in (4, 5):  # uint32, int32
-            file_type = struct.unpack_from("<I", head, at)[0]
-        if arch is not None and file_type is not None:
-            break
-    if file_type is not None:
-        try:
-            name = LlamaFileType(file_type).name
-        except ValueError:
-            return arch, str(file_type)
-        return arch, name.removeprefix("MOSTLY_").removeprefix("ALL_")
-    counts: dict[int, int] = {}
-    for _ in range(num_tensors):
-        name_end = _value(path, head, size, offset, 8)
-        n_dims = struct.unpack_from("<I", head, _need(path, size, name_end, 4) - 4)[0]
-        if not 1 <= n_dims <= 4:
-            return arch, None
-        offset = _need(path, size, name_end + 4, 8 * n_dims + 12)
-        *dims, kind, _ = struct.unpack_from(f"<{n_dims}QIQ", head, name_end + 4)
-        counts[kind] = counts.get(kind, 0) + math.prod(dims)
-    if not counts:
-        return arch, None
-    kind = max(counts, key=counts.__getitem__)
-    try:
-        return arch, GGMLQuantizationType(kind).name
-    except ValueError:
-        return arch, str(kind)
