@@ -305,7 +305,7 @@ class Engine:
         exists, the driver thread's parallel regions lose their spin-wait.
         """
         release_openmp_pool()
-        self._compile_grammar(params)
+        self.compile_grammar(params)
         with self._lock:
             self._check_open()
             req = self.core.add_request(prompt, params, options, **fields)
@@ -317,7 +317,7 @@ class Engine:
     def _submit_resume(self, request_id, appended, params, options, subscriber,
                        kwargs) -> Request:
         release_openmp_pool()  # as in submit()
-        self._compile_grammar(params)
+        self.compile_grammar(params)
         with self._lock:
             self._check_open()
             req = self.core.resume(request_id, appended, params, options, **kwargs)
@@ -333,7 +333,7 @@ class Engine:
             raise ValueError(f"request_id={opts.request_id!r} names one request; a batch of "
                              f"{len(batch)} prompts takes none (each gets its own)")
         reqs: list[Request] = []
-        self._compile_grammar(params)
+        self.compile_grammar(params)
         with self._lock:
             try:
                 for prompt, sub in zip(batch, subscribers, strict=True):
@@ -344,17 +344,18 @@ class Engine:
                 raise
         return reqs
 
-    def _compile_grammar(self, params: SamplingParams | None) -> None:
-        """Compile ``params.grammar`` (if any) before the lock is taken: the request's own
-        compile under the lock then finds it in xgrammar's cache, so a slow compile (seconds
-        for a json_schema with a long ``maxLength``) stalls no other request's steps. A
-        grammar that does not compile raises its ``ValueError`` here (params of another type
-        are left to the request's own checks)."""
+    def compile_grammar(self, params: SamplingParams | None) -> None:
+        """Compile ``params.grammar`` (if any) now, on the calling thread, for this engine's
+        tokenizer; a ``ValueError`` if it does not compile. A request submitted with it then
+        finds it in xgrammar's cache. The engine calls this itself before taking its lock,
+        so a slow compile (seconds for a json_schema with a long ``maxLength``) stalls no
+        other request's steps; call it on a worker thread to keep an event loop free too
+        (the async methods do). Params of another type are left to the request's checks."""
         if isinstance(params, SamplingParams) and params.grammar is not None:
             with_grammar_processor(params, self.core)
 
     async def _acompile_grammar(self, params: SamplingParams | None) -> None:
-        """:meth:`_compile_grammar` on a worker thread: the caller's event loop runs on."""
+        """:meth:`compile_grammar` on a worker thread: the caller's event loop runs on."""
         if isinstance(params, SamplingParams) and params.grammar is not None:
             await asyncio.to_thread(with_grammar_processor, params, self.core)
 

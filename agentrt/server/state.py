@@ -117,17 +117,11 @@ class ServerState:
 
     def compile_grammar(self, params: SamplingParams) -> None:
         """Compile ``params.grammar`` for the local engine in the calling (worker) thread; a
-        ``ValueError`` if it does not compile.
-
-        The engine compiles it again when the request is queued — on the event loop, under
-        the engine's lock, so a slow compile (seconds for a long ``maxLength``) would stall
-        every client's stream — and then finds it in xgrammar's cache.
-        """
-        if self.engine is None or params.grammar is None:
-            return
-        from agentrt.engine.grammar import with_grammar_processor
-
-        with_grammar_processor(params, self.engine.core)  # NOTE: the core's grammar backend
+        ``ValueError`` if it does not compile (:meth:`Engine.compile_grammar`): queued from
+        the event loop, the request then finds it compiled, so a slow compile (seconds for a
+        long ``maxLength``) stalls no client's stream. Nothing for a remote backend."""
+        if self.engine is not None:
+            self.engine.compile_grammar(params)
 
     def local_engine(self, what: str) -> Engine:
         """The local engine, or a 501 saying that ``what`` needs one (a fronted backend)."""
