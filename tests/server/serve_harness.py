@@ -8,6 +8,7 @@ folder on ``sys.path``).
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -120,3 +122,24 @@ def start_server(log: Path, *args: str) -> Iterator[Server]:
         yield server
     finally:
         stop(server.process)
+
+
+@contextmanager
+def stream_events(url: str, body: dict[str, Any]) -> Iterator[Iterator[dict[str, Any]]]:
+    """The JSON events of a streamed answer from ``url``, read one at a time (closing drops
+    the client)."""
+    with httpx.Client(timeout=120) as http, http.stream("POST", url, json=body) as response:
+        assert response.status_code == 200, response.read()
+        yield (json.loads(line[6:]) for line in response.iter_lines()
+               if line.startswith("data: ") and line != "data: [DONE]")
+
+
+def chat_text(events: Iterator[dict[str, Any]]) -> tuple[str, str]:
+    """The text and finish reason of a streamed chat answer's events (none an error)."""
+    text, finish = "", ""
+    for event in events:
+        assert "error" not in event, event
+        choice = event["choices"][0]
+        text += choice["delta"].get("content") or ""
+        finish = choice["finish_reason"] or finish
+    return text, finish

@@ -11,14 +11,13 @@ stream was counted as a 200.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from serve_harness import chat_text, stream_events
 
 MODEL = "SmolLM2-135M-Instruct"
 HI = [{"role": "user", "content": "hi"}]
@@ -127,28 +126,8 @@ def context_length(server) -> int:
 def reference(server) -> tuple[str, str]:
     """The good stream's text and finish reason, alone on the server."""
     server.wait_until_idle()
-    with _stream(server, CHAT, GOOD) as events:
-        return _chat_text(events)
-
-
-@contextmanager
-def _stream(server, path: str, body: dict[str, Any]) -> Iterator[Iterator[dict[str, Any]]]:
-    """The JSON events of a streamed answer, read one at a time (closing drops the client)."""
-    with httpx.Client(timeout=120) as http, \
-            http.stream("POST", server.url + path, json=body) as response:
-        assert response.status_code == 200, response.read()
-        yield (json.loads(line[6:]) for line in response.iter_lines()
-               if line.startswith("data: ") and line != "data: [DONE]")
-
-
-def _chat_text(events: Iterator[dict[str, Any]]) -> tuple[str, str]:
-    text, finish = "", ""
-    for event in events:
-        assert "error" not in event, event
-        choice = event["choices"][0]
-        text += choice["delta"].get("content") or ""
-        finish = choice["finish_reason"] or finish
-    return text, finish
+    with stream_events(server.url + CHAT, GOOD) as events:
+        return chat_text(events)
 
 
 def _openai_error(response: httpx.Response) -> dict[str, Any]:
@@ -167,10 +146,10 @@ def _openai_error(response: httpx.Response) -> dict[str, Any]:
 def test_a_bad_request_is_a_4xx_while_a_good_stream_runs_on(
         server, reference, context_length, path: str, make_body: Body, param: str | None,
         fragment: str):
-    with _stream(server, CHAT, GOOD) as events:
+    with stream_events(server.url + CHAT, GOOD) as events:
         first = next(events)  # NOTE: the good request is decoding when the bad one arrives
         bad = httpx.post(server.url + path, json=make_body(context_length), timeout=120)
-        good = _chat_text(iter([first, *events]))
+        good = chat_text(iter([first, *events]))
     error = _openai_error(bad)
     assert bad.status_code == 400
     assert fragment in error["message"]
@@ -229,14 +208,14 @@ def _wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
 def test_a_client_that_leaves_a_stream_is_counted_499(server, path, body):
     server.wait_until_idle()
     before = _requests_counted(server, path)
-    with _stream(server, path, body) as events:
+    with stream_events(server.url + path, body) as events:
         next(events)
         next(events)
     assert _wait_for(lambda: _requests_counted(server, path).get("499", 0)
                      == before.get("499", 0) + 1)
     server.wait_until_idle()
     assert _requests_counted(server, path).get("200", 0) == before.get("200", 0)
-    with _stream(server, path, {**body, "max_tokens": 3}) as events:
+    with stream_events(server.url + path, {**body, "max_tokens": 3}) as events:
         list(events)
     assert _wait_for(lambda: _requests_counted(server, path).get("200", 0)
                      == before.get("200", 0) + 1)

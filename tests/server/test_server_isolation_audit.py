@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
+from serve_harness import chat_text, stream_events
 
 MODEL = "SmolLM2-135M-Instruct"
 HI = [{"role": "user", "content": "hi"}]
@@ -81,28 +82,8 @@ HOSTILE: list[Any] = [
 def reference(server) -> tuple[str, str]:
     """The good stream's text and finish reason, alone on the server."""
     server.wait_until_idle()
-    with _stream(server.url, GOOD) as events:
-        return _chat_text(events)
-
-
-@contextmanager
-def _stream(url: str, body: dict[str, Any]) -> Iterator[Iterator[dict[str, Any]]]:
-    """The JSON events of a streamed chat answer (closing drops the client)."""
-    with httpx.Client(timeout=120) as http, \
-            http.stream("POST", url + CHAT, json=body) as response:
-        assert response.status_code == 200, response.read()
-        yield (json.loads(line[6:]) for line in response.iter_lines()
-               if line.startswith("data: ") and line != "data: [DONE]")
-
-
-def _chat_text(events: Iterator[dict[str, Any]]) -> tuple[str, str]:
-    text, finish = "", ""
-    for event in events:
-        assert "error" not in event, event
-        choice = event["choices"][0]
-        text += choice["delta"].get("content") or ""
-        finish = choice["finish_reason"] or finish
-    return text, finish
+    with stream_events(server.url + CHAT, GOOD) as events:
+        return chat_text(events)
 
 
 def _openai_error(response: httpx.Response, request_id: str) -> dict[str, Any]:
@@ -122,7 +103,7 @@ def test_hostile_bodies_are_400s_while_a_stream_runs_on(server, reference):
     """Every hostile body of :data:`HOSTILE`, on one keep-alive connection, while one greedy
     stream decodes; then the connection still serves a good request."""
     failures: dict[str, str] = {}
-    with httpx.Client(timeout=120) as http, _stream(server.url, GOOD) as events:
+    with httpx.Client(timeout=120) as http, stream_events(server.url + CHAT, GOOD) as events:
         first = next(events)  # NOTE: the good request is decoding when the bad ones arrive
         for case in HOSTILE:
             path, body, headers, param, fragment = case.values
@@ -136,7 +117,7 @@ def test_hostile_bodies_are_400s_while_a_stream_runs_on(server, reference):
                 assert param is None or error["param"] == param, error["param"]
             except (AssertionError, httpx.HTTPError) as exc:
                 failures[case.id] = f"{type(exc).__name__}: {exc}"[:300]
-        good = _chat_text(iter([first, *events]))
+        good = chat_text(iter([first, *events]))
         after = http.post(server.url + CHAT, json={"messages": HI, "max_tokens": 2})
     assert failures == {}
     assert after.status_code == 200, after.text
@@ -208,8 +189,8 @@ def test_a_storm_of_clients_that_leave_frees_every_request(server, reference):
     assert _finished(after, "abort") - _finished(before, "abort") == 16
     key = f"agentrt_requests_total{{endpoint={CHAT},status=499}}"
     assert after.get(key, 0) - before.get(key, 0) == 16
-    with _stream(server.url, GOOD) as events:
-        assert _chat_text(events) == reference
+    with stream_events(server.url + CHAT, GOOD) as events:
+        assert chat_text(events) == reference
 
 
 def test_a_client_that_never_reads_stalls_no_one_and_loses_nothing(server, reference):
@@ -226,8 +207,8 @@ def test_a_client_that_never_reads_stalls_no_one_and_loses_nothing(server, refer
         slow.sendall((f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()
                      + body)
-        with _stream(server.url, GOOD) as events:
-            assert _chat_text(events) == reference
+        with stream_events(server.url + CHAT, GOOD) as events:
+            assert chat_text(events) == reference
         data = b""
         while chunk := slow.recv(65536):
             data += chunk
