@@ -357,7 +357,7 @@ class Engine:
     async def _acompile_grammar(self, params: SamplingParams | None) -> None:
         """:meth:`compile_grammar` on a worker thread: the caller's event loop runs on."""
         if isinstance(params, SamplingParams) and params.grammar is not None:
-            await asyncio.to_thread(with_grammar_processor, params, self.core)
+            await asyncio.to_thread(self.compile_grammar, params)
 
     def close(self) -> None:
         """Stop the driver thread, aborting unfinished requests."""
