@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +47,18 @@ class Server:
                 out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
         return out
 
-    def wait_until_idle(self, timeout: float = 20.0) -> dict[str, float]:
-        """Poll ``/metrics`` until no request runs or waits and no KV block is held."""
+    def wait_until_idle(self, timeout: float = 20.0,
+                        until: Callable[[dict[str, float]], bool] | None = None
+                        ) -> dict[str, float]:
+        """Poll ``/metrics`` until no request runs or waits, no KV block is held and
+        ``until(metrics)`` holds (the server counts a request in its stream's cleanup, a
+        moment after the engine lets it go); the last metrics read at ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
             m = self.metrics()
             idle = m["agentrt_num_requests_running"] == 0 == m["agentrt_num_requests_waiting"]
-            if (idle and held_blocks(m) == 0) or time.monotonic() > deadline:
+            done = idle and held_blocks(m) == 0 and (until is None or until(m))
+            if done or time.monotonic() > deadline:
                 return m
             time.sleep(0.1)
 

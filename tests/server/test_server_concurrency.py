@@ -44,12 +44,15 @@ async def test_concurrent_streams_with_disconnects_free_all_kv(server, aclient):
     stayed = [r for r in results if not r["left"]]
     assert len(stayed) == 12
     assert all(r["text"] and r["finish"] in ("stop", "length") for r in stayed)
-    after = server.wait_until_idle()
+
+    def counted(m: dict[str, float]) -> tuple[float, float]:
+        return (_finished(m, "abort") - _finished(before, "abort"),
+                sum(_finished(m, r) - _finished(before, r) for r in ("stop", "length")))
+
+    after = server.wait_until_idle(until=lambda m: counted(m) == (len(LEAVERS), 12))
     assert after["agentrt_num_requests_running"] == 0 == after["agentrt_num_requests_waiting"]
     assert after["agentrt_kv_free_blocks"] + after["agentrt_kv_evictable_blocks"] == total
-    assert _finished(after, "abort") - _finished(before, "abort") == len(LEAVERS)
-    finished = sum(_finished(after, r) - _finished(before, r) for r in ("stop", "length"))
-    assert finished == 12
+    assert counted(after) == (len(LEAVERS), 12)
 
 
 async def test_a_client_that_leaves_a_whole_answer_aborts_it(server):
@@ -62,7 +65,8 @@ async def test_a_client_that_leaves_a_whole_answer_aborts_it(server):
     async with httpx.AsyncClient(base_url=server.base_url, timeout=0.3) as http:
         with pytest.raises(httpx.ReadTimeout):  # 256 tokens take seconds: the client leaves
             await http.post("/chat/completions", json=body)
-    after = server.wait_until_idle(timeout=10)
+    after = server.wait_until_idle(
+        timeout=10, until=lambda m: _finished(m, "abort") - _finished(before, "abort") == 1)
     assert after["agentrt_num_requests_running"] == 0
     assert _finished(after, "abort") - _finished(before, "abort") == 1
     held = after["agentrt_kv_total_blocks"] - after["agentrt_kv_free_blocks"] \

@@ -182,13 +182,17 @@ def test_a_storm_of_clients_that_leave_frees_every_request(server, reference):
             sock.sendall(request)
             if i % 2:
                 _read_until(sock, b"data: ")  # the first event
-    after = server.wait_until_idle(timeout=60)
+    key = f"agentrt_requests_total{{endpoint={CHAT},status=499}}"
+
+    def counted(m: dict[str, float]) -> tuple[float, float]:
+        return (_finished(m, "abort") - _finished(before, "abort"),
+                m.get(key, 0) - before.get(key, 0))
+
+    after = server.wait_until_idle(timeout=60, until=lambda m: counted(m) == (16, 16))
     assert after["agentrt_num_requests_running"] == 0 == after["agentrt_num_requests_waiting"]
     assert after["agentrt_kv_total_blocks"] - after["agentrt_kv_free_blocks"] \
         - after["agentrt_kv_evictable_blocks"] == 0
-    assert _finished(after, "abort") - _finished(before, "abort") == 16
-    key = f"agentrt_requests_total{{endpoint={CHAT},status=499}}"
-    assert after.get(key, 0) - before.get(key, 0) == 16
+    assert counted(after) == (16, 16)
     with stream_events(server.url + CHAT, GOOD) as events:
         assert chat_text(events) == reference
 
