@@ -68,8 +68,15 @@ def stop_holdback(text: str, stops: tuple[str, ...]) -> int:
     (a streamer must not emit them yet)."""
     hold = 0
     for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), hold, -1):
-            if text.endswith(stop[:n]):
-                hold = n
+        if len(stop) < 2:
+            continue
+        # NOTE: only where ``stop[0]`` occurs in the tail can a prefix of ``stop`` begin (the
+        # scan runs in C); checking every length instead costs len(stop)**2 a token
+        tail = text[-(len(stop) - 1):]
+        i = tail.find(stop[0])
+        while i != -1 and len(tail) - i > hold:
+            if stop.startswith(tail[i:]):
+                hold = len(tail) - i
                 break
+            i = tail.find(stop[0], i + 1)
     return hold

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from agentrt import SamplingParams
 from agentrt.core.detokenizer import IncrementalDetokenizer, find_stop, stop_holdback
 
@@ -54,3 +57,12 @@ def test_find_stop_and_holdback():
     assert find_stop("abc", ("zz",), 0) is None
     assert stop_holdback("text\nObs", ("\nObservation",)) == 4
     assert stop_holdback("text", ("\nObservation",)) == 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text("ab\n", max_size=12), st.lists(st.text("ab\n", max_size=6), max_size=3))
+def test_holdback_is_the_longest_end_of_the_text_that_begins_a_stop(text, stops):
+    """Against the definition: the longest n < len(stop) with text ending in stop[:n]."""
+    want = max((n for stop in stops for n in range(1, min(len(stop) - 1, len(text)) + 1)
+                if text.endswith(stop[:n])), default=0)
+    assert stop_holdback(text, tuple(stops)) == want
