@@ -133,7 +133,11 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     backend = as_backend(backend)
     tokenizer = backend.tokenizer
     tools = list(tools)
-    choice = normalize_tool_choice(tool_choice, [t["function"]["name"] for t in tools])
+    names = [t["function"]["name"] for t in tools]
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        raise ValueError(f"tools: more than one tool is named {', '.join(map(repr, twice))}; "
+                         "each tool needs its own name (a call names the tool it calls)")
+    choice = normalize_tool_choice(tool_choice, names)
     template = chat_template or tokenizer
     fmt = detect_format(template, tool_format)
     prompt = render_prompt(tokenizer, messages, tools,

@@ -229,6 +229,15 @@ class ChatCompletionRequest(_SamplingRequest, ChatExtras):
     def _logprobs_supported(cls, value: Any, info: Any) -> Any:
         return value  # NOTE: chat serves them (the legacy endpoint refuses its own form)
 
+    @field_validator("tools")
+    @classmethod
+    def _named_once(cls, value: list[ToolSpec] | None) -> list[ToolSpec] | None:
+        names = [tool.function.name for tool in value or ()]
+        if twice := sorted({name for name in names if names.count(name) > 1}):
+            raise ValueError(f"more than one tool is named {', '.join(map(repr, twice))}; "
+                             "each tool needs its own name (a call names the tool it calls)")
+        return value
+
     @property
     def num_logprobs(self) -> int | None:
         """The engine's ``SamplingParams.logprobs`` (alternatives per token), None = none;

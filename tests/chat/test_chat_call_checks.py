@@ -165,3 +165,11 @@ def test_under_auto_a_fragment_of_an_opening_tag_stays_text():
 def test_one_stop_string_is_one_stop(engine):
     call = prepare_chat(engine, [{"role": "user", "content": "hi"}], stop="Paris")
     assert call.params.stop == ("Paris",)
+
+
+def test_two_tools_of_one_name_are_refused(engine):
+    """A call names the tool it calls: two tools of one name would make it ambiguous."""
+    tool = {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}
+    other = {"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}
+    with pytest.raises(ValueError, match="more than one tool is named 'search'"):
+        prepare_chat(engine, [{"role": "user", "content": "hi"}], tools=[tool, other, tool])

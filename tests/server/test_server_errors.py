@@ -62,6 +62,10 @@ def test_input_the_runtime_rejects_is_a_400(server):
     error = _error(_post(server, "/chat/completions",
                          json={"messages": HI, "tool_choice": choice}), 400)
     assert "tool" in error["message"]
+    tool = {"type": "function", "function": {"name": "f"}}
+    twice = _error(_post(server, "/chat/completions",
+                         json={"messages": HI, "tools": [tool, tool]}), 400)
+    assert twice["param"] == "tools" and "'f'" in twice["message"]
     ids = _error(_post(server, "/completions", json={"prompt": [1, 10**9]}), 400)
     assert "token ids" in ids["message"]
     stream = _error(_post(server, "/completions",
