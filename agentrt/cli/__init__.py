@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import inspect
 import json
+import math
 import os
 import sys
 import time
@@ -224,6 +225,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(args.model, host=args.host, port=args.port, model_names=args.served_model_name,
               log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,
               api_key=args.api_key or env.api_key(),
+              max_body_bytes=int(args.max_body_mb * 2**20),
               backend_api_key=None if args.backend == "local"
               else args.backend_api_key or env.backend_api_key(), **engine_options)
     except ConnectionError as exc:
@@ -298,6 +300,9 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="require 'Authorization: Bearer KEY' on every route but /health and "
                         "/metrics, as vLLM's and SGLang's --api-key (default: "
                         "$AGENTRT_API_KEY; unset = no key)")
+    g.add_argument("--max-body-mb", type=_positive_float, default=32, metavar="MB",
+                   help="largest request body accepted, in MiB; a larger one is a 413, "
+                        "unread (default 32)")
     g.add_argument("--backend-api-key", default=None, metavar="KEY",
                    help="with --backend sglang: the key the SGLang server was started with "
                         "(its --api-key), sent as 'Authorization: Bearer KEY' on every call "
@@ -351,6 +356,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 

@@ -102,3 +102,22 @@ def test_the_api_key_comes_from_the_environment_without_the_flag(monkeypatch):
     monkeypatch.setenv("AGENTRT_API_KEY", "")
     assert main(["serve", "--port", str(_free_port())]) == 0
     assert got["api_key"] is None
+
+
+def test_max_body_mb_sets_the_servers_body_limit(monkeypatch, capsys):
+    """``--max-body-mb`` (default 32) reaches the app; a non-positive or non-finite size is
+    a usage error naming the flag."""
+    import agentrt.server
+    from agentrt.cli import main
+
+    got = {}
+    monkeypatch.setattr(agentrt.server, "serve", lambda *a, **kw: got.update(kw))
+    assert main(["serve", "--port", str(_free_port()), "--max-body-mb", "0.5"]) == 0
+    assert got["max_body_bytes"] == 2**19
+    assert main(["serve", "--port", str(_free_port())]) == 0
+    assert got["max_body_bytes"] == 32 * 2**20
+    for bad in ("0", "-1", "inf", "nan"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", "--max-body-mb", bad])
+        assert exit_.value.code == 2
+        assert "--max-body-mb" in capsys.readouterr().err
