@@ -264,24 +264,39 @@ async def _forced_run(llm, question: str, *, own_session: bool) -> list[tuple]:
         return await go()
 
 
-@pytest.mark.parametrize("shared_session", [False, True])
-def test_two_agents_at_once_on_one_llm_run_as_each_runs_alone(engine, tool_llm,
-                                                              shared_session):
-    questions = ["What is 2 plus 3?", "What is 40 plus 2?"]
+QUESTIONS = ["What is 2 plus 3?", "What is 40 plus 2?"]
+
+
+@pytest.fixture(scope="module")
+def short_llm(engine):
+    """AgentRT with room for one ``add`` call and a short answer (a call is ~25 tokens)."""
+    from llama_index.llms.agentrt import AgentRT
+
+    return AgentRT(engine=engine, max_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def alone_runs(short_llm) -> list[list[tuple]]:
+    """Each question's tool results, its agent run alone."""
 
     async def alone():
-        return [await _forced_run(tool_llm, q, own_session=True) for q in questions]
+        return [await _forced_run(short_llm, q, own_session=True) for q in QUESTIONS]
 
+    return asyncio.run(alone())
+
+
+@pytest.mark.parametrize("shared_session", [False, True])
+def test_two_agents_at_once_on_one_llm_run_as_each_runs_alone(engine, short_llm, alone_runs,
+                                                              shared_session):
     async def together():
         if shared_session:
             with agent_session():
                 return await asyncio.gather(
-                    *(_forced_run(tool_llm, q, own_session=False) for q in questions))
-        return await asyncio.gather(*(_forced_run(tool_llm, q, own_session=True)
-                                      for q in questions))
+                    *(_forced_run(short_llm, q, own_session=False) for q in QUESTIONS))
+        return await asyncio.gather(*(_forced_run(short_llm, q, own_session=True)
+                                      for q in QUESTIONS))
 
-    expected = asyncio.run(alone())
-    assert [r[:1] for r in expected] == [[("add", {"a": 2, "b": 3}, "5")],
-                                         [("add", {"a": 40, "b": 2}, "42")]]
-    assert list(asyncio.run(together())) == expected
+    assert [r[:1] for r in alone_runs] == [[("add", {"a": 2, "b": 3}, "5")],
+                                           [("add", {"a": 40, "b": 2}, "42")]]
+    assert list(asyncio.run(together())) == alone_runs
     assert held(engine) == (0, [])
