@@ -66,8 +66,12 @@ def test_the_readme_has_an_example_per_integration():
 
 @pytest.mark.parametrize("heading,code", BLOCKS, ids=[f"{i}-{h[:30]}" for i, (h, _) in
                                                        enumerate(BLOCKS)])
-def test_readme_block_runs(heading, code, namespace, request):
+def test_readme_block_runs(heading, code, namespace, request, engine):
+    """... and leaves no request paused: an example that kept a request's KV for good would
+    teach a leak (and hold the session engine's blocks for every later test)."""
     if README_PORT_URL in code:
         server = request.getfixturevalue("server")
         code = code.replace(README_PORT_URL, server.base_url)
+    paused = engine.load().num_paused
     exec(compile(code, f"README.md ({heading})", "exec"), namespace)  # noqa: S102
+    assert engine.load().num_paused == paused
