@@ -115,14 +115,14 @@ def check_tokens(path: Path, reader, config: dict[str, Any]) -> None:
     if field is None:
         raise ValueError(f"{path}: GGUF file has no tokenizer (tokenizer.ggml.tokens); "
                          "agentrt reads the vocabulary from the file")
-    num_tokens, vocab = len(field.data), config["vocab_size"]
+    num_tokens, vocab = len(field), config["vocab_size"]
     if not num_tokens or num_tokens > vocab:
         raise ValueError(f"{path}: the tokenizer has {num_tokens} tokens; the token embedding "
                          f"has rows for {vocab}")
     for key in ("token_type", "scores"):
         field = reader.fields.get(f"tokenizer.ggml.{key}")
-        if field is not None and len(field.data) != num_tokens:
-            raise ValueError(f"{path}: tokenizer.ggml.{key} has {len(field.data)} entries for "
+        if field is not None and len(field) != num_tokens:
+            raise ValueError(f"{path}: tokenizer.ggml.{key} has {len(field)} entries for "
                              f"{num_tokens} tokens")
     for key in ("bos", "eos", "eot", "eom"):
         field = reader.fields.get(f"tokenizer.ggml.{key}_token_id")

@@ -1,9 +1,9 @@
 """A GGUF model file as it is stored: its Hugging Face config and where each weight's bytes are.
 
-:class:`GGUFFile` parses the header with ``gguf.GGUFReader`` (a memory map of which only the
-header is touched) into a Hugging Face ``config.json`` dict (keys named by transformers'
-``GGUF_CONFIG_MAPPING``) and one :class:`GGUFTensor` per weight under its Hugging Face name
-(the ``gguf`` package's per-architecture name map). Nothing else is read until asked:
+:class:`GGUFFile` reads the header (:func:`~agentrt.models.gguf_header.read_header`) into a
+Hugging Face ``config.json`` dict (keys named by transformers' ``GGUF_CONFIG_MAPPING``) and one
+:class:`GGUFTensor` per weight under its Hugging Face name (the ``gguf`` package's
+per-architecture name map). Nothing else is read until asked:
 :meth:`GGUFTensor.read_into` reads one tensor's bytes into memory the caller owns, undoing
 llama.cpp's interleaving of Q/K rows on the way, so a model kept in the file's own block formats
 takes about the file's size in memory and no file pages stay mapped.
@@ -19,7 +19,7 @@ stand for (:mod:`agentrt.models.gguf_rope`).
 
 NOTE: a file is checked before any of it reaches the C kernels, which read weight bytes through
 raw pointers: :func:`~agentrt.models.gguf_header.read_header` walks the header with bounds
-checks before the ``gguf`` reader runs, a tensor the model has no place for is refused here,
+checks before it reads it, a tensor the model has no place for is refused here,
 and :mod:`agentrt.models.gguf_checks` checks the metadata's sizes, every weight's shape and the
 vocabulary. Each failure is a ``ValueError`` naming the file, the tensor or key, and what was
 expected.

@@ -1,9 +1,11 @@
-"""A GGUF file's header walked with bounds checks, before ``gguf.GGUFReader`` reads it.
+"""A GGUF file's header, walked with bounds checks, then read.
 
-The reader trusts the counts and lengths it finds: an array length past the end of the file
-has it loop for as long as the length says. :func:`read_header` first walks every metadata
-entry and tensor record inside the file's size, and requires each tensor to be whole blocks of
-a type some GGUF reader knows, inside the file; only then does the reader run. Each failure is
+:func:`read_header` first walks every metadata entry and tensor record inside the file's size,
+and requires each tensor to be whole blocks of a type some GGUF reader knows, inside the file
+(``gguf.GGUFReader`` trusts the counts it finds: an array length past the end of the file has
+it loop for as long as the length says). Only then is the header read, here: the reader parses
+each of a tokenizer's ~100,000 strings into numpy arrays (seconds a load), where this module
+unpacks a numeric array in one call and a string as bytes, decoded when asked. Each failure is
 a ``ValueError`` naming the file and what is wrong.
 """
 
@@ -12,20 +14,66 @@ from __future__ import annotations
 import math
 import mmap
 import struct
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from gguf import GGUFReader
+import numpy as np
 
-__all__ = ["read_header", "read_summary"]
+__all__ = ["GGUFHeader", "HeaderField", "HeaderTensor", "read_header", "read_summary"]
 
 
-def read_header(path: Path) -> GGUFReader:
-    """``gguf.GGUFReader`` of ``path``, or a ``ValueError`` naming the file and what is wrong
-    (not a GGUF, cut short, counts larger than the file can hold)."""
-    import gguf
+@dataclass(frozen=True)
+class HeaderField:
+    """One metadata entry: its value as stored (strings as bytes) and its GGUF value type."""
 
+    raw: Any
+    kind: int
+    """GGUF's value type (8: string, 9: array, ...)."""
+
+    def contents(self) -> Any:
+        """The value: a str (UTF-8; ``UnicodeDecodeError`` if it is not), a number, a bool,
+        or a list of these for an array."""
+        return _decoded(self.raw)
+
+    def __len__(self) -> int:
+        """Items of an array (1 for a scalar or a string)."""
+        return len(self.raw) if self.kind == _ARRAY else 1
+
+
+@dataclass(frozen=True)
+class HeaderTensor:
+    """One tensor record: where its bytes are (``data_offset``, absolute) and what they are."""
+
+    path: Path
+    name: str
+    tensor_type: int
+    """GGML's type number (``gguf.GGMLQuantizationType``)."""
+    shape: tuple[int, ...]
+    """As GGUF lists it, innermost dimension first."""
+    data_offset: int
+    n_bytes: int
+
+    @property
+    def data(self) -> np.ndarray:
+        """An F32 tensor's values, read from the file (1-D)."""
+        if self.tensor_type != 0:
+            raise TypeError(f"tensor {self.name!r} is not F32")
+        return np.fromfile(self.path, dtype="<f4", count=math.prod(self.shape),
+                           offset=self.data_offset)
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """A GGUF file's metadata (key -> :class:`HeaderField`) and tensor records, in order."""
+
+    fields: dict[str, HeaderField]
+    tensors: list[HeaderTensor]
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """The header of ``path``, or a ``ValueError`` naming the file and what is wrong (not a
+    GGUF, cut short, counts larger than the file can hold). Reads no tensor data."""
     if path.is_dir():
         raise ValueError(f"{path} is a folder, not a GGUF file")
     size = path.stat().st_size
@@ -33,11 +81,78 @@ def read_header(path: Path) -> GGUFReader:
         raise ValueError(f"{path}: not a GGUF file ({'empty' if not size else f'{size} bytes'})")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as head:
         _check_layout(path, head, size)
-    try:
-        return gguf.GGUFReader(str(path))
-    except (ValueError, KeyError, IndexError, TypeError, OverflowError, UnicodeError) as exc:
-        why = f"{type(exc).__name__}: {exc}"
-        raise ValueError(f"{path}: not a readable GGUF file ({why})") from None
+        try:
+            return _read(path, head)
+        except (struct.error, OverflowError, ValueError) as exc:
+            raise ValueError(f"{path}: not a readable GGUF file ({exc})") from None
+
+
+def _read(path: Path, head: mmap.mmap) -> GGUFHeader:
+    """The header of a file :func:`_check_layout` passed."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    num_tensors, num_kv = struct.unpack_from("<QQ", head, 8)
+    offset, fields = 24, {}
+    for _ in range(num_kv):
+        key, offset = _string(head, offset)
+        kind = struct.unpack_from("<I", head, offset)[0]
+        raw, offset = _parsed(head, offset + 4, kind)
+        fields.setdefault(key.decode(errors="replace"), HeaderField(raw, kind))  # the first
+    records = []
+    for _ in range(num_tensors):
+        name, offset = _string(head, offset)
+        n_dims = struct.unpack_from("<I", head, offset)[0]
+        *dims, kind, start = struct.unpack_from(f"<{n_dims}QIQ", head, offset + 4)
+        offset += 4 + 8 * n_dims + 12
+        records.append((name.decode(errors="replace"), tuple(dims), kind, start))
+    alignment = fields.get("general.alignment")
+    align = alignment.raw if alignment is not None and alignment.kind == _UINT32 else 32
+    data = offset + (-offset % align)
+    tensors, seen = [], set()
+    for name, dims, kind, start in records:
+        if name in seen:
+            raise ValueError(f"tensor {name!r} is listed twice")
+        seen.add(name)
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        tensors.append(HeaderTensor(path, name, kind, dims, data + start,
+                                    math.prod(dims) // block * block_bytes))
+    return GGUFHeader(fields, tensors)
+
+
+_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+            12: "d"}
+
+
+def _string(head: mmap.mmap, offset: int) -> tuple[bytes, int]:
+    n = struct.unpack_from("<Q", head, offset)[0]
+    return head[offset + 8:offset + 8 + n], offset + 8 + n
+
+
+def _parsed(head: mmap.mmap, offset: int, kind: int) -> tuple[Any, int]:
+    """(the value of type ``kind`` at ``offset``, where it ends): strings as bytes."""
+    if kind in _FORMATS:
+        return struct.unpack_from("<" + _FORMATS[kind], head, offset)[0], \
+            offset + _SCALAR_BYTES[kind]
+    if kind == _STRING:
+        return _string(head, offset)
+    item, n = struct.unpack_from("<IQ", head, offset)
+    offset += 12
+    if item in _FORMATS:
+        end = offset + n * _SCALAR_BYTES[item]
+        return list(struct.unpack_from(f"<{n}{_FORMATS[item]}", head, offset)), end
+    items = []
+    for _ in range(n):
+        value, offset = _parsed(head, offset, item)
+        items.append(value)
+    return items, offset
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
 
 
 def read_summary(path: Path) -> tuple[str | None, str | None]:
@@ -104,9 +219,9 @@ _STRING, _ARRAY, _UINT32 = 8, 9, 4
 
 
 def _check_layout(path: Path, head: mmap.mmap, size: int) -> None:
-    """Walk the header with bounds checks before ``gguf.GGUFReader`` does (an array length
-    past the end of the file would have it loop for as long as the length says), and check
-    that every tensor is whole blocks of a known type, inside the file."""
+    """Walk the header with bounds checks before it is read (an array length past the end of
+    the file would have a reader loop for as long as the length says), and check that every
+    tensor is whole blocks of a known type, inside the file."""
     if head[:4] != b"GGUF":
         raise ValueError(f"{path}: not a GGUF file (starts with {head[:4]!r}, not b'GGUF')")
     version, num_tensors, num_kv = struct.unpack_from("<IQQ", head, 4)

@@ -25,7 +25,7 @@ from agentrt.models.config import UnsupportedModelError
 from agentrt.models.gguf_checks import MAX_CONTEXT
 
 if TYPE_CHECKING:
-    from gguf import ReaderTensor
+    from agentrt.models.gguf_header import HeaderTensor
 
 __all__ = ["ROPE_FACTORS", "factor_vector", "rope_scaling"]
 
@@ -36,7 +36,7 @@ ROPE_FACTORS = {  # per architecture: RoPE factor vectors (F32 tensors) -> their
 }
 
 
-def factor_vector(path: Path, t: ReaderTensor, head_dim: int) -> list[float]:
+def factor_vector(path: Path, t: HeaderTensor, head_dim: int) -> list[float]:
     """A RoPE factor vector's values: F32, one per rotated pair of a head, each finite and
     positive (each frequency is divided by its factor)."""
     from gguf import GGMLQuantizationType

@@ -12,9 +12,11 @@ transformers then runs exactly the weights agentrt reads.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,12 +53,18 @@ def build(case: str, **config):
     return getattr(transformers, model_cls)(cfg).eval(), arch, name
 
 
+@functools.cache
+def _default_tokenizer_fields() -> dict[str, Any]:
+    """The default model's tokenizer metadata, read once (gguf's reader takes seconds)."""
+    import gguf
+
+    fields = gguf.GGUFReader(str(default_gguf())).fields
+    return {k: f.contents() for k, f in fields.items() if k.startswith("tokenizer.")}
+
+
 def default_tokenizer(writer, gguf) -> None:
     """Copy the default model's tokenizer (GPT-2 BPE, 49152 tokens) into ``writer``."""
-    fields = gguf.GGUFReader(str(default_gguf())).fields
-
-    def value(key):
-        return fields[key].contents()
+    value = _default_tokenizer_fields().__getitem__
 
     writer.add_tokenizer_model(value("tokenizer.ggml.model"))
     writer.add_tokenizer_pre(value("tokenizer.ggml.pre"))
