@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     tokenizer = backend.tokenizer
     tools = list(tools)
     names = [t["function"]["name"] for t in tools]
-    if twice := sorted({name for name in names if names.count(name) > 1}):
+    if twice := sorted(name for name, n in Counter(names).items() if n > 1):
         raise ValueError(f"tools: more than one tool is named {', '.join(map(repr, twice))}; "
                          "each tool needs its own name (a call names the tool it calls)")
     choice = normalize_tool_choice(tool_choice, names)

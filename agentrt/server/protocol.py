@@ -24,6 +24,7 @@ leave out unset fields exactly as OpenAI's chunks do.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
@@ -232,8 +233,8 @@ class ChatCompletionRequest(_SamplingRequest, ChatExtras):
     @field_validator("tools")
     @classmethod
     def _named_once(cls, value: list[ToolSpec] | None) -> list[ToolSpec] | None:
-        names = [tool.function.name for tool in value or ()]
-        if twice := sorted({name for name in names if names.count(name) > 1}):
+        counts = Counter(tool.function.name for tool in value or ())
+        if twice := sorted(name for name, n in counts.items() if n > 1):
             raise ValueError(f"more than one tool is named {', '.join(map(repr, twice))}; "
                              "each tool needs its own name (a call names the tool it calls)")
         return value
