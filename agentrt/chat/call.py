@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,7 +32,12 @@ from agentrt.chat.formats import (
     detect_reasoning,
     reasoning_tags,
 )
-from agentrt.chat.grammar import normalize_tool_choice, output_structural_tag, response_schema
+from agentrt.chat.grammar import (
+    check_tool_names,
+    normalize_tool_choice,
+    output_structural_tag,
+    response_schema,
+)
 from agentrt.chat.logprobs import token_logprobs
 from agentrt.chat.template import encode_prompt, render_prompt
 from agentrt.chat.tool_calls import InvalidToolCall, StreamPiece, ToolCall, ToolCallStream
@@ -135,9 +139,7 @@ def prepare_chat(backend: Any, messages: Sequence[Mapping[str, Any]], *,
     tokenizer = backend.tokenizer
     tools = list(tools)
     names = [t["function"]["name"] for t in tools]
-    if twice := sorted(name for name, n in Counter(names).items() if n > 1):
-        raise ValueError(f"tools: more than one tool is named {', '.join(map(repr, twice))}; "
-                         "each tool needs its own name (a call names the tool it calls)")
+    check_tool_names(names)
     choice = normalize_tool_choice(tool_choice, names)
     template = chat_template or tokenizer
     fmt = detect_format(template, tool_format)

@@ -26,6 +26,7 @@ that JSON or tool calls.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from agentrt.chat.formats import HERMES, Reasoning, ToolCallFormat, reasoning_ta
 __all__ = [
     "ToolChoice",
     "after_reasoning",
+    "check_tool_names",
     "normalize_tool_choice",
     "output_structural_tag",
     "response_schema",
@@ -45,6 +47,14 @@ _MAX_JSON_WHITESPACE = 1  # NOTE: blocks runaway whitespace, still allows json.d
 # NOTE: in free text, `<tool_` can only open a call (never the tool's own `<tool_response>`)
 _TRIGGER = "<tool_"
 _NOT_IN_ANSWERS = ["<tool_", "</tool_"]
+
+
+def check_tool_names(names: Sequence[str]) -> None:
+    """A ``ValueError`` naming the tool names given more than once (a call names the tool it
+    calls, so each tool needs its own name)."""
+    if twice := sorted(name for name, n in Counter(names).items() if n > 1):
+        raise ValueError(f"more than one tool is named {', '.join(map(repr, twice))}; "
+                         "each tool needs its own name (a call names the tool it calls)")
 
 
 def normalize_tool_choice(tool_choice: Any, tool_names: Sequence[str]) -> ToolChoice:

@@ -80,43 +80,32 @@ def read_header(path: Path) -> GGUFHeader:
     if size < 24:
         raise ValueError(f"{path}: not a GGUF file ({'empty' if not size else f'{size} bytes'})")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as head:
-        _check_layout(path, head, size)
+        tensors = _check_layout(path, head, size)
         try:
-            return _read(path, head)
+            return GGUFHeader(_fields(head), _named_once(tensors))
         except (struct.error, OverflowError, ValueError) as exc:
             raise ValueError(f"{path}: not a readable GGUF file ({exc})") from None
 
 
-def _read(path: Path, head: mmap.mmap) -> GGUFHeader:
-    """The header of a file :func:`_check_layout` passed."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    num_tensors, num_kv = struct.unpack_from("<QQ", head, 8)
+def _fields(head: mmap.mmap) -> dict[str, HeaderField]:
+    """The metadata of a file :func:`_check_layout` passed (a key given twice: the first)."""
+    num_kv = struct.unpack_from("<Q", head, 16)[0]
     offset, fields = 24, {}
     for _ in range(num_kv):
         key, offset = _string(head, offset)
         kind = struct.unpack_from("<I", head, offset)[0]
         raw, offset = _parsed(head, offset + 4, kind)
-        fields.setdefault(key.decode(errors="replace"), HeaderField(raw, kind))  # the first
-    records = []
-    for _ in range(num_tensors):
-        name, offset = _string(head, offset)
-        n_dims = struct.unpack_from("<I", head, offset)[0]
-        *dims, kind, start = struct.unpack_from(f"<{n_dims}QIQ", head, offset + 4)
-        offset += 4 + 8 * n_dims + 12
-        records.append((name.decode(errors="replace"), tuple(dims), kind, start))
-    alignment = fields.get("general.alignment")
-    align = alignment.raw if alignment is not None and alignment.kind == _UINT32 else 32
-    data = offset + (-offset % align)
-    tensors, seen = [], set()
-    for name, dims, kind, start in records:
-        if name in seen:
-            raise ValueError(f"tensor {name!r} is listed twice")
-        seen.add(name)
-        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
-        tensors.append(HeaderTensor(path, name, kind, dims, data + start,
-                                    math.prod(dims) // block * block_bytes))
-    return GGUFHeader(fields, tensors)
+        fields.setdefault(key.decode(errors="replace"), HeaderField(raw, kind))
+    return fields
+
+
+def _named_once(tensors: list[HeaderTensor]) -> list[HeaderTensor]:
+    seen: set[str] = set()
+    for t in tensors:
+        if t.name in seen:
+            raise ValueError(f"tensor {t.name!r} is listed twice")
+        seen.add(t.name)
+    return tensors
 
 
 _FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
@@ -176,8 +165,8 @@ def _summary(path: Path, head: mmap.mmap) -> tuple[str | None, str | None]:
     from gguf import GGMLQuantizationType, LlamaFileType
 
     size = len(head)
-    _check_layout(path, head, size)
-    num_tensors, num_kv = struct.unpack_from("<QQ", head, 8)
+    tensors = _check_layout(path, head, size)
+    num_kv = struct.unpack_from("<Q", head, 16)[0]
     offset, arch, file_type = 24, None, None
     for _ in range(num_kv):
         key_end = _value(path, head, size, offset, _STRING)
@@ -197,14 +186,8 @@ def _summary(path: Path, head: mmap.mmap) -> tuple[str | None, str | None]:
             return arch, str(file_type)
         return arch, name.removeprefix("MOSTLY_").removeprefix("ALL_")
     counts: dict[int, int] = {}
-    for _ in range(num_tensors):
-        name_end = _value(path, head, size, offset, _STRING)
-        n_dims = struct.unpack_from("<I", head, _need(path, size, name_end, 4) - 4)[0]
-        if not 1 <= n_dims <= 4:
-            return arch, None
-        offset = _need(path, size, name_end + 4, 8 * n_dims + 12)
-        *dims, kind, _ = struct.unpack_from(f"<{n_dims}QIQ", head, name_end + 4)
-        counts[kind] = counts.get(kind, 0) + math.prod(dims)
+    for t in tensors:
+        counts[t.tensor_type] = counts.get(t.tensor_type, 0) + math.prod(t.shape)
     if not counts:
         return arch, None
     kind = max(counts, key=counts.__getitem__)
@@ -218,10 +201,10 @@ _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 1
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 
 
-def _check_layout(path: Path, head: mmap.mmap, size: int) -> None:
+def _check_layout(path: Path, head: mmap.mmap, size: int) -> list[HeaderTensor]:
     """Walk the header with bounds checks before it is read (an array length past the end of
     the file would have a reader loop for as long as the length says), and check that every
-    tensor is whole blocks of a known type, inside the file."""
+    tensor is whole blocks of a known type, inside the file; the tensor records, checked."""
     if head[:4] != b"GGUF":
         raise ValueError(f"{path}: not a GGUF file (starts with {head[:4]!r}, not b'GGUF')")
     version, num_tensors, num_kv = struct.unpack_from("<IQQ", head, 4)
@@ -239,7 +222,7 @@ def _check_layout(path: Path, head: mmap.mmap, size: int) -> None:
         offset = _value(path, head, size, key_end + 4, kind)
     if not alignment or alignment & (alignment - 1):
         raise ValueError(f"{path}: corrupt GGUF header (general.alignment = {alignment})")
-    _check_tensor_table(path, head, size, offset, num_tensors, alignment)
+    return _check_tensor_table(path, head, size, offset, num_tensors, alignment)
 
 
 def _need(path: Path, size: int, offset: int, n: int) -> int:
@@ -271,7 +254,7 @@ def _value(path: Path, head: mmap.mmap, size: int, offset: int, kind: int,
 
 
 def _check_tensor_table(path: Path, head: mmap.mmap, size: int, offset: int,
-                        num_tensors: int, alignment: int) -> None:
+                        num_tensors: int, alignment: int) -> list[HeaderTensor]:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     spans = []
@@ -294,9 +277,11 @@ def _check_tensor_table(path: Path, head: mmap.mmap, size: int, offset: int,
         if dims[0] % block:
             raise ValueError(f"{path}: tensor {name!r} has rows of {dims[0]} values: a "
                              f"{qtype.name} row must hold whole blocks of {block} values")
-        spans.append((name, start, math.prod(dims) // block * block_bytes))
+        spans.append((name, tuple(dims), kind, start, math.prod(dims) // block * block_bytes))
     data = offset + (-offset % alignment)
-    for name, start, nbytes in spans:
+    for name, _, _, start, nbytes in spans:
         if data + start + nbytes > size:
             raise ValueError(f"{path}: truncated GGUF file: tensor {name!r} needs bytes "
                              f"{data + start}..{data + start + nbytes}, the file has {size}")
+    return [HeaderTensor(path, name, kind, dims, data + start, nbytes)
+            for name, dims, kind, start, nbytes in spans]

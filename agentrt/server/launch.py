@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrt import env
+from agentrt.server.limits import MAX_BODY_BYTES
 
 __all__ = ["serve"]
 
@@ -15,7 +16,7 @@ __all__ = ["serve"]
 def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
           model_names: Sequence[str] = (), log_level: str = "info", backend: str = "local",
           backend_url: str | None = None, api_key: str | None = None,
-          backend_api_key: str | None = None, max_body_bytes: int | None = None,
+          backend_api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
           **engine_options: Any) -> None:
     """Serve ``model`` (None = the embedded default) on ``http://host:port/v1``.
 
@@ -29,7 +30,7 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
     send ``Authorization: Bearer <api_key>`` (None = any request is served);
     ``backend_api_key``: the key a fronted SGLang server was started with (its ``--api-key``),
     sent on every call to it. ``max_body_bytes``: a larger request body is a 413, unread
-    (None = :data:`agentrt.server.limits.MAX_BODY_BYTES`, 32 MiB). ``port=0`` takes a free
+    (default 32 MiB, :mod:`agentrt.server.limits`). ``port=0`` takes a free
     port, which the banner names. Blocks; the engine (or the backend's connections) is
     closed on exit.
     """
@@ -40,8 +41,7 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
     target = _target(model, backend, backend_url, engine_options, backend_api_key)
     try:
         app = create_app(target, model_names=model_names, backend_url=backend_url,
-                         api_key=api_key, **({} if max_body_bytes is None
-                                             else {"max_body_bytes": max_body_bytes}))
+                         api_key=api_key, max_body_bytes=max_body_bytes)
         state = app.state.agentrt
         names = ", ".join(state.model_names)
         where = f"max batch {state.engine.config.max_num_seqs}" if state.engine is not None \

@@ -24,11 +24,11 @@ leave out unset fields exactly as OpenAI's chunks do.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
+from agentrt.chat.grammar import check_tool_names
 from agentrt.core.sampling_params import check_seed
 from agentrt.server.choices import MAX_CHOICES
 from agentrt.server.limits import check_stop, check_text
@@ -233,10 +233,7 @@ class ChatCompletionRequest(_SamplingRequest, ChatExtras):
     @field_validator("tools")
     @classmethod
     def _named_once(cls, value: list[ToolSpec] | None) -> list[ToolSpec] | None:
-        counts = Counter(tool.function.name for tool in value or ())
-        if twice := sorted(name for name, n in counts.items() if n > 1):
-            raise ValueError(f"more than one tool is named {', '.join(map(repr, twice))}; "
-                             "each tool needs its own name (a call names the tool it calls)")
+        check_tool_names([tool.function.name for tool in value or ()])
         return value
 
     @property
