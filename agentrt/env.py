@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["api_key", "backend_api_key", "cache_dir", "default_model", "hf_hub_cache", "no_color",
-           "ollama_models_dirs"]
+__all__ = ["api_key", "backend_api_key", "cache_dir", "default_model", "hf_endpoint",
+           "hf_hub_cache", "hf_offline", "no_color", "ollama_models_dirs"]
 
 
 def cache_dir() -> Path:
@@ -57,6 +57,18 @@ def hf_hub_cache() -> Path:
             "huggingface")
         explicit = os.path.join(os.path.expandvars(os.path.expanduser(home)), "hub")
     return Path(os.path.expandvars(os.path.expanduser(explicit)))
+
+
+def hf_endpoint() -> str:
+    """The Hugging Face hub that ``agentrt pull`` downloads from: ``$HF_ENDPOINT`` (a mirror, or
+    a test hub on 127.0.0.1), else ``https://huggingface.co``; read at call time."""
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def hf_offline() -> bool:
+    """``$HF_HUB_OFFLINE`` set to 1 / true / yes / on: huggingface_hub's switch, honoured by
+    ``agentrt pull`` (which then refuses to download)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def ollama_models_dirs() -> list[Path]:

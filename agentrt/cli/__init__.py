@@ -1,9 +1,10 @@
 """The ``agentrt`` command line: ``agentrt run "prompt"``, ``agentrt chat``, ``agentrt serve``,
-``agentrt models``.
+``agentrt models``, ``agentrt pull``.
 
 All run on the embedded default model (SmolLM2-135M-Instruct) unless ``--model`` names a .gguf
 file, a Hugging Face folder, a hub id in the local Hugging Face cache or
-``ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]``; nothing is downloaded. ``serve`` imports the
+``ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]``; nothing is downloaded but by ``agentrt pull``
+or ``--pull``. ``serve`` imports the
 server (the ``[server]`` extra) only when it runs.
 
 Exit statuses: 0 done, 1 an error (a model not found, a prompt over the context, an address in
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
-import json
 import math
 import os
 import sys
@@ -27,6 +27,7 @@ from typing import get_args
 from agentrt import env
 from agentrt._version import __version__
 from agentrt.backends import BACKENDS
+from agentrt.cli.models import PULL_EPILOG, cmd_models, cmd_pull
 from agentrt.cli.repl import (
     CHAT_EPILOG,
     chat_command,
@@ -49,6 +50,9 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
                         "ollama:[HOST[:PORT]/][NAMESPACE/]NAME[:TAG]; "
                         "`agentrt models` lists what is here (default: the embedded "
                         "SmolLM2-135M-Instruct, or $AGENTRT_MODEL)")
+    g.add_argument("--pull", action="store_true",
+                   help="download --model from the Hugging Face hub first if it is not on this "
+                        "machine (org/name[:QUANT], into the HF cache; as `agentrt pull`)")
     g.add_argument("--device", default="auto", type=_device,
                    help="where the engine runs: auto, cpu, cuda or cuda:N (default: auto = "
                         "cuda when torch sees a GPU, else cpu)")
@@ -126,7 +130,7 @@ def _params(args: argparse.Namespace):
 def _engine(args: argparse.Namespace):
     from agentrt import Engine
 
-    return Engine(args.model, device=args.device, dtype=args.dtype,
+    return Engine(args.model, download=args.pull, device=args.device, dtype=args.dtype,
                   quantization=args.quantization, gguf_activations=args.gguf_activations,
                   num_threads=args.threads, cpu_decode_threads=args.cpu_decode_threads)
 
@@ -212,13 +216,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("agentrt: error: --backend-url goes with --backend sglang (and it needs one)",
               file=sys.stderr)
         return 2
+    if args.backend != "local" and args.pull:
+        print("agentrt: error: --pull goes with --backend local (the SGLang server loads its "
+              "own model)", file=sys.stderr)
+        return 2
     if args.backend == "local" and args.backend_api_key is not None:
         print("agentrt: error: --backend-api-key goes with --backend sglang", file=sys.stderr)
         return 2
     _check_address(args.host, args.port)
     engine_options = {} if args.backend != "local" else dict(
         device=args.device, dtype=args.dtype, quantization=args.quantization,
-        gguf_activations=args.gguf_activations, max_num_seqs=args.max_batch,
+        download=args.pull, gguf_activations=args.gguf_activations, max_num_seqs=args.max_batch,
         kv_cache_gb=args.kv_cache_gb, num_threads=args.threads,
         cpu_decode_threads=args.cpu_decode_threads)
     try:
@@ -315,43 +323,6 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="size of the KV-cache pool shared by all requests (default 1.0)")
 
 
-def cmd_models(args: argparse.Namespace) -> int:
-    """List the models on this machine that --model can name: the embedded default, Ollama's
-    store ($OLLAMA_MODELS or ~/.ollama/models) and the Hugging Face cache ($HF_HUB_CACHE, or
-    $HF_HOME/hub, or ~/.cache/huggingface/hub). Reads file headers only; downloads nothing.
-    A damaged entry (a manifest that does not parse, a missing blob, a broken link) is not
-    listed; a line on stderr names it and says why."""
-    from agentrt.models.sources import SkippedModel, list_local_models
-
-    skipped: list[SkippedModel] = []
-    found = list_local_models(skipped=skipped)
-    for skip in skipped:
-        print(f"agentrt: skipped {skip.name} ({skip.path}): {skip.reason}", file=sys.stderr)
-    if args.json:
-        rows = [{**vars(m), "path": str(m.path)} for m in found]
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not found:
-        print("no models found (see `agentrt models --help` for where agentrt looks)",
-              file=sys.stderr)
-        return 0
-    header = ("NAME", "ARCHITECTURE", "FORMAT", "SIZE", "SOURCE")
-    rows = [(m.name, m.architecture or "?", m.format or "?", _size(m.size_bytes), m.source)
-            for m in found]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    return 0
-
-
-def _size(num_bytes: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if num_bytes < 1000 or unit == "GB":
-            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
-        num_bytes /= 1000
-    return ""  # pragma: no cover
-
-
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -378,6 +349,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "chat": (cmd_chat, "chat interactively with the local engine"),
     "serve": (cmd_serve, "serve an OpenAI-compatible HTTP API on the local engine"),
     "models": (cmd_models, "list the models on this machine (embedded, Ollama, HF cache)"),
+    "pull": (cmd_pull, "download a model from the Hugging Face hub into its cache"),
 }
 
 
@@ -390,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  agentrt chat --system 'You are terse.'\n"
                "  agentrt run --model ./my-qwen2-folder --max-tokens 64 'Hello'\n"
                "  agentrt models              # what --model can name on this machine\n"
+               "  agentrt pull Qwen/Qwen3-4B-GGUF:Q4_K_M   # download a model (the only "
+               "download)\n"
                "  agentrt serve --port 8000   # OpenAI-compatible API at /v1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -417,6 +391,13 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help=COMMANDS["models"][1],
                             description=inspect.cleandoc(cmd_models.__doc__ or ""))
     models.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    pull = sub.add_parser("pull", help=COMMANDS["pull"][1], epilog=PULL_EPILOG,
+                          description=inspect.cleandoc(cmd_pull.__doc__ or ""),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    pull.add_argument("name", type=_model_name,
+                      help="org/name[@REVISION][:QUANT or FILE.gguf]")
+    pull.add_argument("-q", "--quiet", action="store_true",
+                      help="no progress bars; print only the path")
     for subparser in sub.choices.values():
         subparser.set_defaults(usage_error=subparser.error)
     return parser

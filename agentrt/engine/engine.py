@@ -44,7 +44,9 @@ class Engine:
     >>> engine.generate("The capital of France is", SamplingParams(max_tokens=8)).text
 
     Keyword arguments are :class:`EngineConfig` fields (``dtype``, ``kv_cache_gb``,
-    ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ...).
+    ``block_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ...). Nothing is downloaded
+    unless asked: ``Engine("Qwen/Qwen3-4B-GGUF:Q4_K_M", download=True)`` pulls a hub model
+    that is not in the local Hugging Face cache first (as ``agentrt pull`` does).
 
     Every call takes per-request ``options`` (:class:`~agentrt.core.options.RequestOptions`)
     or its fields as keywords (``keep_kv=True``, ``hook=...``), applied on top of it.
@@ -68,11 +70,15 @@ class Engine:
     """
 
     def __init__(self, model: str | None = None, *, config: EngineConfig | None = None,
-                 **options: Any) -> None:
+                 download: bool = False, **options: Any) -> None:
         if config is None:
             config = EngineConfig(model=model, **options)
         elif model is not None or options:
             raise ValueError("pass either config= or model/options, not both")
+        if download:
+            from agentrt.models.pull import ensure_model
+
+            ensure_model(config.model)
         self.core = LLMEngine(config)
         release_openmp_pool()  # the loading thread's workers would slow the engine thread
         self._lock = threading.RLock()

@@ -17,7 +17,8 @@ this machine (``agentrt models``). Each place is a source in :data:`SOURCES`:
   ``ollama:hf.co/user/repo:Q4_K_M``, ``ollama:localhost:5000/team/model:v1``), the GGUF blob
   that Ollama's manifest names, in ``$OLLAMA_MODELS`` or Ollama's default folders.
 
-Nothing is ever downloaded: a miss raises :class:`ModelNotFoundError` saying where it looked.
+Nothing is ever downloaded here: a miss raises :class:`ModelNotFoundError` saying where it
+looked (``agentrt pull`` / :func:`agentrt.models.pull.pull` downloads a hub model on request).
 One part of a split GGUF (``NAME-00001-of-00002.gguf``, as large quantizations ship) is
 refused with :class:`~agentrt.models.config.UnsupportedModelError` saying how to merge it.
 """
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from agentrt import env
+from agentrt.models.hub_names import HUB_ID, SPLIT, is_revision, pick_gguf, split_part
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -64,10 +66,6 @@ _OLLAMA_PARTS = {
 }
 _MAX_MANIFEST_BYTES = 1 << 20  # Ollama's manifests hold a few hundred bytes per layer
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
-#: org/name (org/ optional), then @REVISION, then :PICK
-_HUB_ID = re.compile(r"((?:[A-Za-z0-9][\w.-]*/)?[\w.-]+)(?:@([^:]*))?(?::([\w.-]+))?")
-_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")  # llama.cpp's gguf-split parts
-_REVISION = re.compile(r"[\w.-]+(?:/[\w.-]+)*")  # refs/pr/1 too; '.' / '..' parts refused
 
 Source = Literal["embedded", "path", "huggingface", "ollama"]
 
@@ -189,27 +187,15 @@ def locate(model: str | Path | None = None) -> tuple[Path, Source]:
         f"model {spec!r} not found (nothing is downloaded). Looked:\n{looked}\n"
         f"{_ollama_hint(spec)}Pass a .gguf file, a Hugging Face model folder, a hub id "
         "already in the Hugging Face cache (org/name[@REVISION][:FILE]), "
-        f"ollama:{_OLLAMA_FORM}, or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`)."
+        f"ollama:{_OLLAMA_FORM}, or {DEFAULT_MODEL!r} (`{_INSTALL_HINT}`). To download a hub "
+        "model first: `agentrt pull org/name[:QUANT]` (or --pull / download=True)."
     )
-
-
-def _split_part(path: Path) -> str | None:
-    """Why ``path`` is no whole model when it is one part of a split GGUF (llama.cpp's
-    gguf-split writes ``NAME-00001-of-00003.gguf`` …), else None."""
-    match = _SPLIT.search(path.name)
-    if match is None or int(match[2]) < 2:
-        return None
-    first = path.with_name(_SPLIT.sub(f"-00001-of-{match[2]}.gguf", path.name))
-    merged = _SPLIT.sub(".gguf", path.name)
-    return (f"{path.name} is part {int(match[1])} of {int(match[2])} of a split GGUF, and "
-            "agentrt reads a model from one file: merge the parts with `llama-gguf-split "
-            f"--merge {first} {merged}` and pass the merged file")
 
 
 def _refuse_split_part(path: Path) -> None:
     from agentrt.models.config import UnsupportedModelError
 
-    why = _split_part(path) if path.is_file() else None
+    why = split_part(path) if path.is_file() else None
     if why is not None:
         raise UnsupportedModelError(why)
 
@@ -297,13 +283,13 @@ def _not_a_model(path: Path) -> str:
 
 
 def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
-    match = _HUB_ID.fullmatch(spec)
+    match = HUB_ID.fullmatch(spec)
     if match is None or spec.startswith("ollama:"):
         return None
     repo_id, revision, pick = match[1], match[2], match[3]
     cache = env.hf_hub_cache()
     where = f"Hugging Face cache {cache} (offline)"
-    if revision is not None and not _is_revision(revision):
+    if revision is not None and not is_revision(revision):
         misses.append(_Miss(where, f"{revision!r} is not a revision (a branch, tag or commit "
                                    "hash, as in org/name@v1.0)"))
         return None
@@ -317,10 +303,10 @@ def _find_huggingface(spec: str, misses: list[_Miss]) -> Path | None:
     if pick is None and _is_float_folder(snapshot):
         return snapshot
     files = sorted(p.name for p in snapshot.glob("*.gguf") if p.is_file())  # not broken links
-    chosen = _pick_gguf(files, pick)
+    chosen = pick_gguf(files, pick)
     if chosen is None and pick is not None:  # a split quantization: its first part
-        sets = {_SPLIT.sub("", f): f for f in reversed(files) if _SPLIT.search(f)}
-        chosen = sets.get(_pick_gguf(sorted(sets), pick) or "")
+        sets = {SPLIT.sub("", f): f for f in reversed(files) if SPLIT.search(f)}
+        chosen = sets.get(pick_gguf(sorted(sets), pick) or "")
     if chosen is None:
         why = f"no single .gguf matches {pick!r}" if pick else \
             "neither config.json nor exactly one .gguf"
@@ -380,11 +366,6 @@ SOURCES: dict[Source, Callable[[str, list[_Miss]], Path | None]] = {
 }
 
 
-def _is_revision(revision: str) -> bool:
-    return _REVISION.fullmatch(revision) is not None and not \
-        {".", ".."} & set(revision.split("/"))
-
-
 def _hf_snapshot(repo_id: str, cache: Path, revision: str | None = None) -> Path | None:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
@@ -417,19 +398,6 @@ def _is_float_folder(snapshot: Path) -> bool:
     if not (snapshot / "config.json").is_file():
         return False
     return any(snapshot.glob("*.safetensors")) or not any(snapshot.glob("*.gguf"))
-
-
-def _pick_gguf(files: list[str], pick: str | None) -> str | None:
-    """The one file ``pick`` names: by its whole name, else by a whole part of it (``Q6_K``
-    is ``x-Q6_K.gguf``, not ``x-Q6_K_L.gguf``), else by any part (case-insensitive)."""
-    if pick is None:
-        return files[0] if len(files) == 1 else None
-    part = re.compile(rf"(?:^|[-.]){re.escape(pick)}(?:[-.]|$)", re.IGNORECASE)
-    exact = [f for f in files if f in (pick, f"{pick}.gguf")]
-    whole = [f for f in files if part.search(f.removesuffix(".gguf"))]
-    loose = [f for f in files if pick.lower() in f.lower()]
-    candidates = exact or whole or loose
-    return candidates[0] if len(candidates) == 1 else None
 
 
 def _ollama_blob(models: Path, manifest: Path) -> Path:
@@ -534,7 +502,7 @@ def _list_snapshot(name: str, snapshot: Path, skipped: list[SkippedModel]) -> It
     entries = [(name, snapshot)] if _is_float_folder(snapshot) else []
     entries += [(f"{name}:{p.name}", p) for p in sorted(snapshot.glob("*.gguf"))]
     for listed, path in entries:
-        split = _split_part(path) if path.suffix == ".gguf" else None
+        split = split_part(path) if path.suffix == ".gguf" else None
         if split is not None:
             if "-00001-of-" in path.name:  # the set once, by its first part
                 skipped.append(SkippedModel(listed, path, "huggingface", split))

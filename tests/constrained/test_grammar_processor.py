@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -70,11 +71,12 @@ def test_importing_agentrt_or_the_integration_does_not_import_xgrammar():
 @pytest.mark.parametrize(("schema", "reason"), [
     ({"type": "object", "properties": {"a": {"type": "fancy"}}}, 'Unsupported type "fancy"'),
     ({"type": "string", "pattern": "(("}, "parenthesis is not closed"),
-    ({"$ref": "#/nope"}, "Cannot find field nope"),
+    # NOTE: xgrammar 0.2.9 quotes the field ('nope'); earlier releases did not
+    ({"$ref": "#/nope"}, re.compile(r"Cannot find field '?nope'?")),
 ])
 def test_schema_errors_give_xgrammars_reason_without_its_source_paths(backend, schema, reason):
     with pytest.raises(ValueError) as e:
         backend.json_schema(schema)
     message = str(e.value)
-    assert reason in message
+    assert reason.search(message) if isinstance(reason, re.Pattern) else reason in message
     assert ".cc" not in message and "/project/" not in message and "[" not in message[:1]
