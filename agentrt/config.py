@@ -85,7 +85,8 @@ class EngineConfig:
     pages, any device), "torch_cascade" (a prefix shared by several requests is attended once
     per group), "cpu" (decode rows by agentrt's C++ kernel), "flashinfer", "flashinfer_cascade"
     (CUDA, float16/bfloat16). "auto" = "flashinfer" on CUDA in float16/bfloat16 when FlashInfer
-    is installed, else "torch"."""
+    is installed and can build or load its kernels (``nvcc``, or ``flashinfer-jit-cache``), else
+    "torch" (with one warning at engine start saying how to get the kernels)."""
     fused_ops: bool | None = None
     """Run RMSNorm, RoPE and (with the "torch" backend, which then becomes "cpu") decode
     attention as agentrt's C++ ops (``agentrt_kernels.cpu.decode_ops``): fewer, larger calls
@@ -180,19 +181,31 @@ class EngineConfig:
         return self.resolved_quantization != "none"
 
     @property
+    def auto_attention_fallback(self) -> str | None:
+        """Why ``attention_backend="auto"`` runs "torch" on a CUDA device in float16/bfloat16
+        (FlashInfer is not installed, or finds neither ``nvcc`` nor its prebuilt kernels), or
+        None when it does not fall back. Probes the machine (no import of FlashInfer)."""
+        if self.attention_backend != "auto" or self.device == "cpu" or \
+                self.resolved_device == "cpu" or self.resolved_dtype not in ("float16",
+                                                                             "bfloat16"):
+            return None
+        from agentrt_kernels.flashinfer_toolchain import flashinfer_unusable_reason
+
+        return flashinfer_unusable_reason()
+
+    @property
     def resolved_attention_backend(self) -> str:
         """``attention_backend`` resolved: "auto" becomes "flashinfer" on CUDA in float16 or
-        bfloat16 when FlashInfer is installed, "torch" otherwise; "torch" becomes "cpu" when
-        fused ops are on."""
+        bfloat16 when FlashInfer's kernels can run there (installed, and ``nvcc`` or its
+        prebuilt kernels found: :attr:`auto_attention_fallback`), "torch" otherwise; "torch"
+        becomes "cpu" when fused ops are on."""
         name = self.attention_backend
         if name == "auto":
             name = "torch"
             if self.device != "cpu" and self.resolved_device != "cpu" and \
-                    self.resolved_dtype in ("float16", "bfloat16"):
-                import importlib.util
-
-                if importlib.util.find_spec("flashinfer") is not None:
-                    name = "flashinfer"
+                    self.resolved_dtype in ("float16", "bfloat16") and \
+                    self.auto_attention_fallback is None:
+                name = "flashinfer"
         if name == "torch" and self.uses_fused_ops:
             return "cpu"
         return name

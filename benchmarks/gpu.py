@@ -1,395 +1,234 @@
-"""GPU benchmark: agentrt's engine on CUDA vs Hugging Face transformers (and vLLM / SGLang
-where they are installed), same model, same GPU, bfloat16, greedy; one run, both sides
-printed with their ratios.
+"""GPU benchmark: agentrt vs transformers (default SDPA, and without cuDNN's), vLLM and SGLang on
+one random-weight bf16 model in the shape of a real family; each side in its own process.
 
-What it measures, per side:
+Fairness: every side and workload runs in a fresh process on an empty GPU (nothing of the
+previous side stays allocated), gets the same token ids, is warmed up, and is timed the same
+way, ``--repeats`` times, the median reported. The model is written once: random weights in
+the shape of a real family (``--shape``, e.g. Qwen2.5-1.5B or Llama-3.2-3B), in bfloat16, with
+a word-level tokenizer over its whole vocabulary.
 
-  prefill   tok/s of --prefill-batch prompts of --prompt-len random tokens, one output token
-            each (agentrt: ``Engine.generate(ids, SamplingParams(max_tokens=1))``; HF: one
-            ``model(input_ids)`` forward; vLLM: ``LLM.generate``; SGLang: ``Engine.generate``)
-  decode    output tok/s at batch 1, 8 and 32 (--decode-batches): that many requests with a
-            --decode-prompt-len-token prompt, --decode-tokens tokens each, EOS ignored
-            (HF: ``model.generate(min_new_tokens=max_new_tokens)``, static batch)
-  agent     the agent workload of ``benchmarks/agent_langchain.py`` (its tasks, tools and
-            report), with (a) HF transformers on the GPU in bfloat16 and (c)/(d) agentrt on
-            the GPU; llama.cpp is left out (a CPU peer)
+Sides (--sides): agentrt (FlashInfer attention when it can run, CUDA-graph decode),
+transformers (its default SDPA: torch picks cuDNN's where it can), transformers-no-cudnn (the
+same with cuDNN's SDPA off), vllm, sglang.
 
-agentrt runs with CUDA graphs for decode and FlashInfer attention when it is installed
-(``--enforce-eager`` and ``--attention-backend torch`` turn them off). Every side is warmed
-up once before it is timed; times are wall clock after ``torch.cuda.synchronize()``.
+Workloads (details in benchmarks/_gpu_sides.py):
 
-It needs a CUDA GPU and exits with a message without one. Its first GPU run (H200, without the
-agent workload, vLLM or SGLang) is in the README's GPU section.
+  prefill   --prefill-batch prompts of --prompt-len tokens, one output token each: every
+            side's own generate call (transformers: ``generate(max_new_tokens=1)``)
+  decode    at each of --decode-batches: that many prompts of --decode-prompt-len tokens,
+            --decode-tokens tokens each, EOS ignored
+  agent     --agents concurrent agents, --turns rounds each of (generate --gen-tokens, a tool
+            pause drawn from --tool-seconds, --obs-tokens of tool output appended), on a KV
+            pool of --agent-kv-tokens tokens: agentrt pauses in place (least-waste: keep, swap
+            over PCIe, or drop); vLLM and SGLang resend the context and reuse their prefix
+            cache. transformers has no serving loop and is left out.
 
-    python benchmarks/gpu.py                           # everything
-    python benchmarks/gpu.py --skip-agent --decode-batches 1,8
-    python benchmarks/gpu.py --model Qwen/Qwen2.5-0.5B-Instruct --skip-vllm --skip-sglang
-    python benchmarks/gpu.py --skip-agent --attention-backend torch --sdpa-backends math
+vLLM and SGLang run from their own virtual environments (their PyPI wheels pin their own
+torch): give their interpreters with --vllm-python / --sglang-python; without them a side runs
+under this interpreter if it imports here, and is skipped (said so) otherwise.
+
+Exit status: 0 after a run; 2 without a CUDA GPU (a message says so; nothing runs).
+
+    python benchmarks/gpu.py --quick                 # a few minutes: 1.5B shape, 1 repeat
+    python benchmarks/gpu.py --shape llama-3.2-3b --repeats 5
+    python benchmarks/gpu.py --sides agentrt,vllm --vllm-python ~/venvs/vllm/bin/python
+    python benchmarks/gpu.py --shape smollm2-135m --sides agentrt --workloads throughput
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
-import importlib.metadata
-import importlib.util
-import random
+import json
+import os
 import shlex
+import subprocess
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import tempfile
 from pathlib import Path
-from typing import Any
-
-import torch
 
 BENCHMARKS = Path(__file__).resolve().parent
+SIDES_SCRIPT = BENCHMARKS / "_gpu_sides.py"
+SIDES = ("agentrt", "transformers", "transformers-no-cudnn", "vllm", "sglang")
+SHAPES = ("qwen2.5-1.5b", "llama-3.2-3b", "qwen2.5-7b", "smollm2-135m")
+"""The shapes _gpu_sides.py writes (kept here so --help never imports torch)."""
+MODULES = {"agentrt": "agentrt", "transformers": "transformers",
+           "transformers-no-cudnn": "transformers", "vllm": "vllm", "sglang": "sglang"}
+QUICK = dict(repeats=1, prefill_batch=8, prompt_len=512, decode_batches="1,32",
+             decode_tokens=64, agents=32, turns=3, gen_tokens=32)
+"""What --quick sets (one short run that fits a lent GPU's few minutes)."""
 
 
-@dataclass
-class Result:
-    """One side's measurements; None = not run."""
-
-    prefill_tok_s: float | None = None
-    decode_tok_s: dict[int, float] | None = None
-
-
-# --- workloads ------------------------------------------------------------------------------
-def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(100, vocab - 100) for _ in range(length)] for _ in range(n)]
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    """Seconds ``fn`` takes, the GPU's queued work included."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
-# --- sides ----------------------------------------------------------------------------------
-class AgentrtSide:
-    name = "agentrt"
-
-    def __init__(self, model: str | None, args: argparse.Namespace) -> None:
-        from agentrt import Engine
-
-        self.engine = Engine(model, device=args.device, dtype=args.dtype,
-                             attention_backend=args.attention_backend,
-                             enforce_eager=args.enforce_eager, max_num_seqs=args.max_batch,
-                             max_num_batched_tokens=args.max_batched_tokens,
-                             kv_cache_gb=args.kv_cache_gb)
-        c, graphs = self.engine.config, self.engine.cuda_graph_batch_sizes
-        self.describe = (f"{c.resolved_device}, {c.resolved_dtype}, attention "
-                         f"{c.resolved_attention_backend}, decode CUDA graphs for batch sizes "
-                         f"{graphs or 'none (eager)'}")
-
-    def generate(self, prompts: list[list[int]], max_tokens: int) -> int:
-        from agentrt import SamplingParams
-
-        self.engine.clear_prefix_cache()  # NOTE: nothing reused between timed runs
-        outs = self.engine.generate(prompts, SamplingParams(max_tokens=max_tokens,
-                                                            ignore_eos=True))
-        return sum(len(o.token_ids) for o in outs)
-
-    def close(self) -> None:
-        self.engine.close()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    head, _, rest = __doc__.partition("\n\n")
+    p = argparse.ArgumentParser(description=head, epilog=rest,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", default="qwen2.5-1.5b", choices=SHAPES,
+                   help="the family shape of the random-weight model (qwen2.5-1.5b)")
+    p.add_argument("--model-dir", type=Path, default=None,
+                   help="where to write (or find) the model; default: a temporary folder")
+    p.add_argument("--sides", default=",".join(SIDES), help=f"comma list of {', '.join(SIDES)}")
+    p.add_argument("--workloads", default="throughput,agent", help="throughput,agent")
+    p.add_argument("--vllm-python", default=None, help="the interpreter of vLLM's venv")
+    p.add_argument("--sglang-python", default=None, help="the interpreter of SGLang's venv")
+    p.add_argument("--quick", action="store_true",
+                   help="one short run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per measure (3)")
+    p.add_argument("--prefill-batch", type=int, default=16, help="prefill prompts (16)")
+    p.add_argument("--prompt-len", type=int, default=1024, help="prefill prompt tokens (1024)")
+    p.add_argument("--decode-batches", default="1,8,32", help="decode batch sizes (1,8,32)")
+    p.add_argument("--decode-tokens", type=int, default=128, help="tokens per request (128)")
+    p.add_argument("--decode-prompt-len", type=int, default=128, help="decode prompts (128)")
+    p.add_argument("--agents", type=int, default=64, help="concurrent agents (64)")
+    p.add_argument("--turns", type=int, default=4, help="generations per agent (4)")
+    p.add_argument("--agent-prompt-len", type=int, default=1024, help="agent prompts (1024)")
+    p.add_argument("--gen-tokens", type=int, default=64, help="tokens per turn (64)")
+    p.add_argument("--obs-tokens", type=int, default=128, help="tool output tokens (128)")
+    p.add_argument("--tool-seconds", default="0.1,0.5,2.0",
+                   help="tool pauses to draw from, seconds (0.1,0.5,2.0)")
+    p.add_argument("--agent-kv-tokens", type=int, default=65536,
+                   help="KV pool of every side in the agent workload, tokens (65536): less "
+                        "than the agents' contexts, so KV handling matters")
+    p.add_argument("--attention-backend", default="auto", help="agentrt's (auto)")
+    p.add_argument("--enforce-eager", action="store_true", help="agentrt without CUDA graphs")
+    p.add_argument("--kv-cache-gb", type=float, default=16.0, help="agentrt's pool, throughput")
+    p.add_argument("--max-batch", type=int, default=64, help="agentrt max_num_seqs (64)")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per side process")
+    defaults = {k: p.get_default(k) for k in QUICK}
+    p.set_defaults(**dict.fromkeys(QUICK))  # NOTE: None = not given: it wins over --quick
+    args = p.parse_args(argv)
+    for k in QUICK:
+        if getattr(args, k) is None:
+            setattr(args, k, QUICK[k] if args.quick else defaults[k])
+    _check_names(p, args.sides, SIDES, "--sides")
+    _check_names(p, args.workloads, ("throughput", "agent"), "--workloads")
+    return args
 
 
-class HFSide:
-    name = "HF transformers"
-
-    def __init__(self, model_path: Path, args: argparse.Namespace) -> None:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(model_path), dtype=getattr(torch, args.hf_dtype)).to(args.device).eval()
-        self.device = args.device
-        self.describe = f"{args.device}, {args.hf_dtype}, sdpa, static batch"
-
-    @torch.inference_mode()
-    def prefill(self, prompts: list[list[int]]) -> int:
-        ids = torch.tensor(prompts, device=self.device)  # equal lengths: no padding
-        self.model(ids, use_cache=True, logits_to_keep=1)
-        return ids.numel()
-
-    @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], max_tokens: int) -> int:
-        ids = torch.tensor(prompts, device=self.device)
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                  max_new_tokens=max_tokens, min_new_tokens=max_tokens,
-                                  pad_token_id=0)
-        return (out.shape[1] - ids.shape[1]) * ids.shape[0]
-
-    def close(self) -> None:
-        del self.model
+def _check_names(p: argparse.ArgumentParser, text: str, allowed, flag: str) -> None:
+    unknown = [n for n in text.split(",") if n not in allowed]
+    if unknown:
+        p.error(f"{flag}: unknown {unknown}; choose from {', '.join(allowed)}")
 
 
-class VLLMSide:
-    name = "vLLM"
-
-    def __init__(self, model_path: Path, args: argparse.Namespace) -> None:
-        from vllm import LLM
-
-        self.llm = LLM(model=str(model_path), dtype=args.hf_dtype, gpu_memory_utilization=0.5,
-                       enable_prefix_caching=False, seed=0)
-        self.describe = f"vllm {importlib.metadata.version('vllm')}, {args.hf_dtype}"
-
-    def generate(self, prompts: list[list[int]], max_tokens: int) -> int:
-        from vllm import SamplingParams, TokensPrompt
-
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                                 use_tqdm=False)
-        return sum(len(o.outputs[0].token_ids) for o in outs)
-
-    def close(self) -> None:
-        del self.llm
+def spec(args: argparse.Namespace) -> dict:
+    """What every side process is given (the same for all)."""
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    return dict(repeats=args.repeats, prefill_batch=args.prefill_batch,
+                prompt_len=args.prompt_len, decode_batches=ints(args.decode_batches),
+                decode_tokens=args.decode_tokens, decode_prompt_len=args.decode_prompt_len,
+                agents=args.agents, turns=args.turns, agent_prompt_len=args.agent_prompt_len,
+                gen_tokens=args.gen_tokens, obs_tokens=args.obs_tokens,
+                tool_seconds=[float(x) for x in args.tool_seconds.split(",")],
+                agent_kv_tokens=args.agent_kv_tokens, max_model_len=8192,
+                attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+                kv_cache_gb=args.kv_cache_gb, max_batch=args.max_batch)
 
 
-class SGLangSide:
-    name = "SGLang"
-
-    def __init__(self, model_path: Path, args: argparse.Namespace) -> None:
-        import sglang
-
-        self.engine = sglang.Engine(model_path=str(model_path), dtype=args.hf_dtype,
-                                    mem_fraction_static=0.5, disable_radix_cache=True)
-        self.describe = f"sglang {importlib.metadata.version('sglang')}, {args.hf_dtype}"
-
-    def generate(self, prompts: list[list[int]], max_tokens: int) -> int:
-        params = {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
-        outs = self.engine.generate(input_ids=prompts, sampling_params=params)
-        return sum(o["meta_info"]["completion_tokens"] for o in outs)
-
-    def close(self) -> None:
-        self.engine.shutdown()
+def gpu_name() -> str | None:
+    """The first CUDA GPU's name, asked in a child process (this one never touches CUDA)."""
+    code = "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return out.stdout.strip() or None
 
 
-def measure(side: Any, args: argparse.Namespace, vocab: int) -> Result:
-    """Prefill and decode throughput of one side (each warmed up once)."""
-    res = Result(decode_tok_s={})
-    prompts = random_prompts(args.prefill_batch, args.prompt_len, vocab, seed=1)
-    prefill = getattr(side, "prefill", None) or (lambda p: side.generate(p, 1))
-    prefill(prompts[:1])  # warm-up
-    res.prefill_tok_s = len(prompts) * args.prompt_len / timed(lambda: prefill(prompts))
-    for batch in args.decode_batches:
-        prompts = random_prompts(batch, args.decode_prompt_len, vocab, seed=batch)
-        side.generate(prompts, 4)  # warm-up at this batch size
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        num_tokens = side.generate(prompts, args.decode_tokens)
-        torch.cuda.synchronize()
-        res.decode_tok_s[batch] = num_tokens / (time.perf_counter() - t0)
-    return res
+def interpreter(side: str, args: argparse.Namespace) -> str | None:
+    """The Python that runs ``side``, or None (printed why) when none can."""
+    given = {"vllm": args.vllm_python, "sglang": args.sglang_python}.get(side)
+    if given:
+        return given
+    code = f"import importlib.util as u, sys; sys.exit(u.find_spec({MODULES[side]!r}) is None)"
+    if subprocess.run([sys.executable, "-c", code]).returncode:
+        print(f"{side}: skipped ({MODULES[side]} is not installed here; pass --{side}-python)")
+        return None
+    return sys.executable
 
 
-# --- report ---------------------------------------------------------------------------------
-def print_table(rows: list[list[str]]) -> None:
+def run_side(python: str, side: str, workload: str, folder: Path, args) -> dict | None:
+    """One side process; its RESULT line, or None (printed why)."""
+    cmd = [python, str(SIDES_SCRIPT), "run", side, workload, str(folder), json.dumps(spec(args))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(BENCHMARKS.parent), str(BENCHMARKS.parent / "kernels"),
+         os.environ.get("PYTHONPATH", "")])} if side == "agentrt" else None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"{side} {workload}: over --timeout {args.timeout} s")
+        return None
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if out.returncode or not lines:
+        tail = "\n    ".join((out.stderr or out.stdout).strip().splitlines()[-8:])
+        print(f"{side} {workload}: failed (exit {out.returncode}):\n    {tail}")
+        return None
+    result = json.loads(lines[-1][len("RESULT "):])
+    print(f"{side} {workload}: {result['describe']} (started in {result['start_s']:.0f} s)",
+          flush=True)
+    return result
+
+
+def rates(r: dict, args: argparse.Namespace) -> dict[str, float]:
+    """The measures as rates (higher is better)."""
+    s = spec(args)
+    out = {}
+    if "prefill_s" in r:
+        out[f"prefill tok/s ({s['prefill_batch']}x{s['prompt_len']})"] = \
+            s["prefill_batch"] * s["prompt_len"] / r["prefill_s"]
+        for b in s["decode_batches"]:
+            out[f"decode tok/s, batch {b}"] = b * s["decode_tokens"] / r[f"decode_s_{b}"]
+    if "agent_s" in r:
+        out[f"agent turns/s ({s['agents']} agents x {s['turns']})"] = \
+            s["agents"] * s["turns"] / r["agent_s"]
+    return out
+
+
+def print_table(by_side: dict[str, dict[str, float]]) -> None:
+    names = list(by_side)
+    peers = [n for n in names if n != "agentrt"]
+    metrics = list(dict.fromkeys(m for r in by_side.values() for m in r))
+    rows = [["metric (median)", *names, *(f"agentrt/{n}" for n in peers if "agentrt" in names)]]
+    for m in metrics:
+        values = [by_side[n].get(m) for n in names]
+        row = [m, *(f"{v:,.1f}" if v else "-" for v in values)]
+        if "agentrt" in names:
+            ours = by_side["agentrt"].get(m)
+            row += [f"{ours / by_side[n][m]:.2f}x" if ours and by_side[n].get(m) else "-"
+                    for n in peers]
+        rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(c.rjust(w) if i else c.ljust(w)
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                         for i, (c, w) in enumerate(zip(r, widths, strict=True))))
 
 
-def print_results(ours: Result, peers: dict[str, Result], args: argparse.Namespace) -> None:
-    names = list(peers)
-    rows = [["metric", "agentrt"] + names + [f"agentrt / {n}" for n in names]]
-
-    def line(label: str, get: Callable[[Result], float | None]) -> None:
-        mine = get(ours)
-        values = [get(peers[n]) for n in names]
-        rows.append([label, f"{mine:,.0f}"] + [f"{v:,.0f}" if v else "—" for v in values]
-                    + [f"{mine / v:.2f}×" if v else "—" for v in values])
-
-    line(f"prefill tok/s ({args.prefill_batch}×{args.prompt_len})", lambda r: r.prefill_tok_s)
-    for b in args.decode_batches:
-        line(f"decode tok/s, batch {b}", lambda r, b=b: (r.decode_tok_s or {}).get(b))
-    print_table(rows)
-
-
-def run_agent_workload(model_path: Path, args: argparse.Namespace) -> None:
-    """benchmarks/agent_langchain.py's tasks and report, with its peers on the GPU."""
-    sys.path.insert(0, str(BENCHMARKS))
-    import agent_langchain as al
-
-    class GpuHFBackend(al.HFBackend):
-        label = f"AgentExecutor + ChatHuggingFace (HF transformers, {args.device}, bf16)"
-
-        def __init__(self, path: Path, max_new_tokens: int) -> None:
-            import transformers
-            from langchain_huggingface import ChatHuggingFace
-
-            tok = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(path), dtype=getattr(torch, args.hf_dtype), local_files_only=True)
-            model = model.to(args.device).eval()
-            self.meter = al.GenerateMeter(model)
-            pipe = transformers.pipeline("text-generation", model=model, tokenizer=tok,
-                                         max_new_tokens=max_new_tokens, do_sample=False,
-                                         return_full_text=False)
-            llm = al._make_stop_pipeline_class()(pipeline=pipe, meter=self.meter)
-            self.llm = ChatHuggingFace(llm=llm, tokenizer=tok)
-
-    agent_args = al.parse_args(["--tasks", str(args.agent_tasks), "--skip-llamacpp"])
-    from agentrt import Engine
-
-    engine = Engine(args.model, device=args.device, dtype=args.dtype,
-                    attention_backend=args.attention_backend, enforce_eager=args.enforce_eager)
-    backends = []
-    if args.skip_hf:
-        print("(a) skipped: --skip-hf")
-    else:
-        try:
-            backends.append(GpuHFBackend(model_path, agent_args.max_new_tokens))
-        except ImportError as exc:
-            print(f"(a) skipped: {exc} (pip install langchain-huggingface)")
-    backends += [al.AgentrtBackend(engine, agent_args.max_new_tokens, session=s)
-                 for s in (True, False)]
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder, al.make_runtime(Path(folder)) as runtime:
-        al.warm_up_tools(runtime)
-        for b in backends:
-            b.warm_up()
-        results = [al.run_kind(kind, backends, agent_args.task_list, runtime, agent_args)
-                   for kind in agent_args.agents]
-    print("\n# Agent workload (latency = wall time of executor.invoke; llama.cpp, a CPU "
-          "peer, left out)")
-    sums = [al.print_kind(res, backends) for res in results]
-    for key in ("a", "d"):
-        pairs = [s for s in sums if key in s and "c" in s]
-        if pairs:
-            total = sum(s[key] for s in pairs) / sum(s["c"] for s in pairs)
-            print(f"total latency ({key}) / (c): {total:.2f}×")
-    engine.close()
-
-
-# --- main -----------------------------------------------------------------------------------
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n    python")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None,
-                   help="agentrt --model (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
-    p.add_argument("--dtype", default="auto", help="agentrt dtype (default auto = bf16)")
-    p.add_argument("--hf-dtype", default="bfloat16", help="the peers' dtype (bfloat16)")
-    p.add_argument("--attention-backend", default="auto", help="agentrt attention (auto)")
-    p.add_argument("--enforce-eager", action="store_true", help="agentrt without CUDA graphs")
-    p.add_argument("--prompt-len", type=int, default=512, help="prefill prompt tokens (512)")
-    p.add_argument("--prefill-batch", type=int, default=16, help="prefill prompts (16)")
-    p.add_argument("--decode-batches", default="1,8,32",
-                   type=lambda s: [int(x) for x in s.split(",")],
-                   help="decode batch sizes (1,8,32)")
-    p.add_argument("--decode-tokens", type=int, default=128, help="tokens per request (128)")
-    p.add_argument("--decode-prompt-len", type=int, default=32, help="decode prompts (32)")
-    p.add_argument("--max-batch", type=int, default=64, help="agentrt max_num_seqs (64)")
-    p.add_argument("--max-batched-tokens", type=int, default=8192,
-                   help="agentrt max_num_batched_tokens (8192)")
-    p.add_argument("--kv-cache-gb", type=float, default=8.0, help="agentrt KV pool (8 GB)")
-    p.add_argument("--agent-tasks", type=int, default=4, help="agent tasks per agent (4)")
-    p.add_argument("--sdpa-backends", type=_sdpa_backends, default=None, metavar="LIST",
-                   help="the SDPA backends every side may use (torch picks among them in "
-                        f"its own order): a comma list of {', '.join(SDPA_BACKENDS)} "
-                        "(default: all). transformers' sdpa goes through SDPA (and agentrt's "
-                        "torch attention backend, which leaves cuDNN out on CUDA); FlashInfer "
-                        "does not. 'flash,efficient,math' is transformers without cuDNN, which "
-                        "plans every new decode length anew (the README's GPU section)")
-    for peer in ("hf", "vllm", "sglang", "agent"):
-        p.add_argument(f"--skip-{peer}", action="store_true", help=f"skip {peer}")
-    return p.parse_args(argv)
-
-
-SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
-                 "math": "MATH", "cudnn": "CUDNN_ATTENTION"}
-"""--sdpa-backends names → ``torch.nn.attention.SDPBackend`` members."""
-
-
-def _sdpa_backends(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SDPA_BACKENDS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown SDPA backend(s) {unknown or [text]}; choose "
-                                         f"from {', '.join(SDPA_BACKENDS)}")
-    return names
-
-
-def sdpa_choice(names: list[str] | None) -> contextlib.AbstractContextManager:
-    """SDPA limited to ``names`` for the whole run (process-wide flags: the engine's own
-    thread too), or torch's own choice."""
-    if not names:
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[n]) for n in names])
-
-
-def require_cuda(device: str) -> None:
-    if not torch.cuda.is_available():
-        sys.exit(f"benchmarks/gpu.py needs a CUDA GPU: torch {torch.__version__} (CUDA build: "
-                 f"{torch.version.cuda}) sees none. On CPU use benchmarks/engine.py.")
-    index = int(device.partition(":")[2] or 0)
-    if index >= torch.cuda.device_count():
-        sys.exit(f"benchmarks/gpu.py: {device} asked for, {torch.cuda.device_count()} GPU(s)")
-
-
-def peer_sides(model_path: Path, args: argparse.Namespace) -> list[tuple[str, Callable]]:
-    """(name, constructor) of each peer to run; prints why the others are left out."""
-    sides = []
-    for flag, module, cls in (("hf", "transformers", HFSide), ("vllm", "vllm", VLLMSide),
-                              ("sglang", "sglang", SGLangSide)):
-        if getattr(args, f"skip_{flag}"):
-            print(f"{cls.name}: skipped (--skip-{flag})")
-        elif importlib.util.find_spec(module) is None:
-            print(f"{cls.name}: skipped (not installed)")
-        else:
-            sides.append((cls.name, lambda cls=cls: cls(model_path, args)))
-    return sides
-
-
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    require_cuda(args.device)
-    from agentrt.models.files import resolve_model
-
-    model_path = resolve_model(args.model)
-    print(f"# agentrt on {torch.cuda.get_device_name(args.device)} vs peers; model "
-          f"{model_path}; torch {torch.__version__}, CUDA {torch.version.cuda}; SDPA "
-          f"backends: {','.join(args.sdpa_backends or ['torch default'])}")
-    with sdpa_choice(args.sdpa_backends):
-        run(args, model_path)
+    gpu = gpu_name()
+    if gpu is None:
+        print("benchmarks/gpu.py needs a CUDA GPU and torch sees none here: nothing was run. "
+              "On CPU, benchmarks/engine.py and benchmarks/interception.py measure agentrt.")
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.model_dir or Path(tmp) / args.shape
+        if not (folder / "config.json").exists():
+            print(f"writing a random-weight {args.shape} (bf16) to {folder}", flush=True)
+            subprocess.run([sys.executable, str(SIDES_SCRIPT), "make-model", args.shape,
+                            str(folder)], check=True)
+        print(f"# {args.shape} (random bf16 weights) on {gpu}; each side in its own process; "
+              f"median of {args.repeats}")
+        by_side: dict[str, dict[str, float]] = {}
+        for side in args.sides.split(","):
+            python = interpreter(side, args)
+            for workload in args.workloads.split(","):
+                if python is None or workload == "agent" and side.startswith("transformers"):
+                    continue
+                result = run_side(python, side, workload, folder, args)
+                if result is not None:
+                    by_side.setdefault(side, {}).update(rates(result, args))
+    print("\n# Rates (higher is better; agentrt/peer > 1 = agentrt faster)")
+    if by_side:
+        print_table(by_side)
     print("command: " + shlex.join(sys.orig_argv))
-
-
-def run(args: argparse.Namespace, model_path: Path) -> None:
-    """Every side measured and printed (see the module docstring)."""
-    ours = AgentrtSide(args.model, args)
-    vocab = ours.engine.model_info.vocab_size
-    print(f"agentrt: {ours.describe}", flush=True)
-    mine = measure(ours, args, vocab)
-    ours.close()
-    peers: dict[str, Result] = {}
-    for name, make in peer_sides(model_path, args):
-        gc.collect()
-        torch.cuda.empty_cache()
-        try:
-            side = make()
-        except Exception as exc:  # noqa: BLE001 - a peer that cannot start is reported
-            print(f"{name}: could not start ({type(exc).__name__}: {exc})")
-            continue
-        print(f"{name}: {side.describe}", flush=True)
-        peers[name] = measure(side, args, vocab)
-        side.close()
-    print("\n# Throughput (higher is better; ratio > 1 = agentrt faster)")
-    print_results(mine, peers, args)
-    if not args.skip_agent:
-        run_agent_workload(model_path, args)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,11 +6,17 @@ without qualifier, :func:`agentrt.get_backend`, is where an agent run's tokens c
 
 from __future__ import annotations
 
+import warnings
+from typing import TYPE_CHECKING
+
 from agentrt.attention.base import AttentionBackend, AttentionMetadata, KVCacheTensors
 from agentrt.core.registry import Registry
 
+if TYPE_CHECKING:
+    from agentrt.config import EngineConfig
+
 __all__ = ["BACKENDS", "AttentionBackend", "AttentionMetadata", "KVCacheTensors",
-           "get_attention_backend"]
+           "attention_backend_for", "get_attention_backend"]
 
 # NOTE: imported only when chosen, so a CPU install never imports GPU code. The *_cascade
 # variants attend to a prefix shared by several requests once per group; "cpu" is "torch"
@@ -28,3 +34,16 @@ BACKENDS: Registry[type[AttentionBackend]] = Registry("attention backend", {
 def get_attention_backend(name: str) -> type[AttentionBackend]:
     """The attention backend class registered as ``name`` (a ``ValueError`` lists the names)."""
     return BACKENDS.get(name)
+
+
+def attention_backend_for(config: EngineConfig) -> type[AttentionBackend]:
+    """The attention backend class an engine built from ``config`` runs: its
+    ``resolved_attention_backend``, probed now, at engine start. When "auto" on a CUDA GPU
+    runs the torch backend because FlashInfer's kernels cannot run (FlashInfer missing, or no
+    ``nvcc`` nor prebuilt kernels to build or load them), one ``RuntimeWarning`` says why and
+    how to get them."""
+    reason = config.auto_attention_fallback
+    if reason is not None:
+        warnings.warn(f"attention_backend='auto' runs the torch backend on "
+                      f"{config.resolved_device}: {reason}", RuntimeWarning, stacklevel=2)
+    return get_attention_backend(config.resolved_attention_backend)

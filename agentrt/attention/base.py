@@ -68,8 +68,10 @@ class AttentionBackend(ABC):
         self.head_dim = head_dim
         self.scale = head_dim**-0.5
 
-    def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_num_pages: int) -> None:
-        """Allocate, once, fixed buffers for decode steps of exactly these batch sizes."""
+    def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_pages_per_seq: int) -> None:
+        """Allocate, once, fixed buffers for decode steps of exactly these batch sizes, a step
+        of ``B`` rows holding up to ``B * max_pages_per_seq`` page indices (rows may share
+        pages: a bound on the pool's size is no bound on a step's page table)."""
         raise NotImplementedError(f"{type(self).__name__} cannot run decode steps as graphs")
 
     def plan_decode_graph(self, meta: AttentionMetadata) -> None:

@@ -56,6 +56,43 @@ class GrammarLogitsProcessor:
         xgr.apply_token_bitmask_inplace(logits_row, self.bitmask.to(logits_row.device))
         return logits_row
 
+    def fill_bitmask(self, output_token_ids: list[int], bitmask: torch.Tensor,
+                     index: int) -> bool:
+        """Advance over ``output_token_ids`` and write the tokens allowed next into row
+        ``index`` of ``bitmask`` (host int32, xgrammar's layout); False, writing nothing, when
+        only the stop tokens are left (:meth:`__call__` would then keep only those)."""
+        self._advance(output_token_ids)
+        if self.error is not None or self.matcher.is_terminated():
+            return False
+        self.matcher.fill_next_token_bitmask(bitmask, index)
+        return True
+
+    @staticmethod
+    def apply_batch(logits: torch.Tensor,
+                    rows: list[tuple[int, GrammarLogitsProcessor, list[int]]]
+                    ) -> dict[int, Exception]:
+        """What calling each processor on its row of ``logits`` (N, vocab) does, for ``rows``
+        of (row index, processor, output token ids), with the bitmasks of all rows moved to
+        the logits' device in one copy (pinned on CUDA) and applied by one call. Returns the
+        rows whose processor raised (their logits are left as they were)."""
+        errors: dict[int, Exception] = {}
+        words = max(proc.bitmask.shape[-1] for _, proc, _ in rows)
+        bitmask = torch.full((logits.shape[0], words), -1, dtype=torch.int32,
+                             pin_memory=logits.device.type == "cuda")
+        masked = []
+        for i, proc, token_ids in rows:
+            try:
+                if proc.fill_bitmask(token_ids, bitmask, i):
+                    masked.append(i)
+                else:
+                    proc._only_stop(logits[i])
+            except Exception as exc:  # noqa: BLE001 - one request's fault stays its own
+                errors[i] = exc
+        if masked:
+            xgr.apply_token_bitmask_inplace(
+                logits, bitmask.to(logits.device, non_blocking=True), indices=masked)
+        return errors
+
     def _advance(self, token_ids: list[int]) -> None:
         n = len(self._accepted)
         if token_ids[:n] != self._accepted:  # NOTE: not the history we matched: replay it

@@ -28,6 +28,11 @@ class LogitsProcessor(Protocol):
     tokens generated so far in the current segment and that request's logits row (vocab,).
     It may modify the row in place and returns the row to sample from. It is stateful per
     request: one object per request, never shared between requests.
+
+    A class may also define a static ``apply_batch(logits, rows)`` (``rows``: (row index,
+    processor, output token ids) each; returns the rows that raised): the sampler then hands
+    it all of that class's rows of a step at once (the grammar processor moves one bitmask to
+    the device for all of them).
     """
 
     def __call__(self, output_token_ids: list[int], logits_row: torch.Tensor) -> torch.Tensor: ...

@@ -8,7 +8,12 @@ for ``B`` (:meth:`~agentrt.attention.AttentionBackend.plan_decode_graph`), the t
 positions are copied into the graph's fixed inputs, and the graph replays the whole forward
 pass; the logits of the first ``n`` rows are computed eagerly from its output.
 
-Prefill and mixed steps, and decode steps larger than the largest size, run eagerly.
+Prefill and mixed steps, and decode steps larger than the largest size, run eagerly. The page
+table of a graph of ``B`` rows holds ``B * max_pages_per_seq`` page indices, the most ``B``
+requests of at most ``max_model_len`` tokens reference even when they all share their prefix
+pages (``N`` requests on ``P`` shared pages need ``N * P`` entries, more than the pool has
+pages); a step that still would not fit (a request longer than that bound) runs eagerly
+instead of failing (:meth:`DecodeGraphs.padded_size`).
 ``DecodeGraphs(capture=False)`` runs the same padded, fixed-buffer path eagerly instead of
 replaying graphs: that is how the path is checked where there is no GPU.
 """
@@ -47,16 +52,17 @@ class DecodeGraphs:
     """Captured decode steps for ``batch_sizes``, replayed by :meth:`run`."""
 
     def __init__(self, model: LlamaModel, backend: AttentionBackend,
-                 batch_sizes: tuple[int, ...], pad_page: int, max_num_pages: int,
+                 batch_sizes: tuple[int, ...], pad_page: int, max_pages_per_seq: int,
                  device: torch.device, capture: bool = True) -> None:
         self.model, self.backend = model, backend
         self.batch_sizes = tuple(sorted(batch_sizes))
         self.pad_page = pad_page
+        self.max_pages_per_seq = max_pages_per_seq
         self.device = device
         self.is_captured = False
         self.num_steps = 0
         """Decode steps run through the fixed buffers (replayed when captured)."""
-        backend.enable_decode_graphs(self.batch_sizes, max_num_pages + len(self.batch_sizes))
+        backend.enable_decode_graphs(self.batch_sizes, max_pages_per_seq)
         hidden = model.config.hidden_size
         self._ids = {b: torch.zeros(b, dtype=torch.int64, device=device) for b in batch_sizes}
         self._pos = {b: torch.zeros(b, dtype=torch.int64, device=device) for b in batch_sizes}
@@ -68,11 +74,14 @@ class DecodeGraphs:
 
     def padded_size(self, meta: AttentionMetadata) -> int | None:
         """The graph size a step runs at, or None when it must run eagerly (a prefill row,
-        or more requests than the largest graph)."""
+        more requests than the largest graph, or more page indices than its table holds)."""
         n = meta.num_seqs
         if int(meta.qo_indptr[-1]) != n:
             return None
-        return next((b for b in self.batch_sizes if b >= n), None)
+        b = next((b for b in self.batch_sizes if b >= n), None)
+        if b is None or meta.kv_indices.numel() + b - n > b * self.max_pages_per_seq:
+            return None  # NOTE: each pad row adds its one pad page
+        return b
 
     def run(self, ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
             batch_size: int) -> torch.Tensor:

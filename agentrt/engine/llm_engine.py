@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from agentrt.attention import get_attention_backend
+from agentrt.attention import attention_backend_for
 from agentrt.config import EngineConfig
 from agentrt.core.kv_tensors import KVCacheTensors
 from agentrt.core.model_info import ModelInfo
@@ -112,7 +112,7 @@ class LLMEngine:
                 host = KVCacheTensors.allocate_host(mc.num_layers, host_blocks, *shape[2:],
                                                     self.dtype, pin_memory=True)
         self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache)
-        backend = get_attention_backend(c.resolved_attention_backend)
+        backend = attention_backend_for(c)  # NOTE: probes FlashInfer; warns on a fallback
         self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)
@@ -141,13 +141,13 @@ class LLMEngine:
     def _init_cuda_graphs(self) -> None:
         """Capture decode steps as CUDA graphs (after the warm-up of ``_profile``), on CUDA
         with a backend whose kernels can be captured, unless ``enforce_eager``."""
-        sizes = self.config.cuda_graph_batch_sizes
-        backend = self.backend
+        sizes, backend = self.config.cuda_graph_batch_sizes, self.backend
         if self.device.type != "cuda" or not sizes or not backend.supports_decode_graphs:
             return
         pad_page = self.kv.pool.allocate(1)[0]  # NOTE: never freed; padded rows write here
+        max_pages_per_seq = -(-self.max_model_len // self.config.block_size)
         self.runner.graphs = DecodeGraphs(self.model, backend, sizes, pad_page,
-                                          self.kv_tensors.num_pages, self.device)
+                                          max_pages_per_seq, self.device)
 
     @property
     def kv_bytes_per_token(self) -> int:

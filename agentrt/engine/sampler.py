@@ -11,7 +11,8 @@ Rows fail alone: a processor or a row's sampling that raises is reported for tha
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
@@ -65,17 +66,27 @@ def _choose(row: torch.Tensor, greedy_token: int, req: Request) -> int:
 
 
 def _process(logits: torch.Tensor, requests: list[Request]) -> dict[int, Exception]:
-    """Apply each request's logits processor to its row, in place; the rows that raised."""
+    """Apply each request's logits processor to its row, in place; the rows that raised.
+
+    Processors whose class has an ``apply_batch(logits, rows)`` (grammar masks: one bitmask
+    copy to the device for all their rows) are applied together, the others row by row.
+    """
     errors: dict[int, Exception] = {}
+    batches: dict[Callable, list[tuple[int, Any, list[int]]]] = {}
     with torch.inference_mode():  # NOTE: the logits are inference tensors (no in-place outside)
         for i, req in enumerate(requests):
             processor = req.params.logits_processor
             if processor is None:
                 continue
+            if (apply_batch := getattr(type(processor), "apply_batch", None)) is not None:
+                batches.setdefault(apply_batch, []).append((i, processor, req.output_token_ids))
+                continue
             try:
                 logits[i] = processor(req.output_token_ids, logits[i])
             except Exception as exc:  # noqa: BLE001 - one request's fault stays its own
                 errors[i] = exc
+        for apply_batch, rows in batches.items():
+            errors.update(apply_batch(logits, rows))
     return errors
 
 

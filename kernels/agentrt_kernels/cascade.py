@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from agentrt.attention.cascade import CascadeSplit, merge_state
-from agentrt_kernels.paged import HeadLayout, PlanArgs, PlanCall, flashinfer_plan_args
+from agentrt_kernels.paged import HeadLayout, PlanArgs, PlanCall, flashinfer_plan_args, pinned
 from agentrt_kernels.paged import ref_batch_prefill as _ref_level
 
 __all__ = ["CascadePlanArgs", "cascade_plan_args", "ref_cascade_attention", "ref_merge_state"]
@@ -50,8 +50,11 @@ class CascadePlanArgs:
 
 def cascade_plan_args(split: CascadeSplit, heads: HeadLayout,
                       device: str | torch.device = "cpu") -> CascadePlanArgs:
-    """The cascade wrapper's plan arguments for ``split``, on ``device``."""
-    levels = tuple(flashinfer_plan_args(level, heads, device) for level in split.levels)
+    """The cascade wrapper's plan arguments for ``split``: the page tables on the host, where
+    ``plan`` reads them (pinned when ``device`` is a GPU), the row order on ``device``."""
+    pin = torch.device(device).type == "cuda"
+    levels = tuple(flashinfer_plan_args(pinned(lv) if pin else lv, heads)
+                   for lv in split.levels)
     order = None if split.row_order is None else split.row_order.to(device)
     return CascadePlanArgs(levels, order)
 

@@ -14,10 +14,15 @@ into those buffers, and ``forward`` (inside it) appends and attends through them
 steps use the plain decode wrapper even in the cascade variant, whose shared-prefix levels
 then serve the eager steps (prefill, mixed, or every step with ``enforce_eager``).
 
-``flashinfer`` is imported when a backend is built, never at import time. Without it, or with
-a KV cache FlashInfer cannot serve (on CPU, or float32), ``impl="auto"`` falls back with a
-warning to the ``ref_*`` torch twins, which read exactly the same arguments;
-``impl="flashinfer"`` raises instead.
+Decode wrappers run on tensor cores (FlashInfer's prefill kernels) for the GQA group sizes its
+CUDA-core decode kernels are not built for (:attr:`HeadLayout.decode_uses_tensor_cores`).
+``plan`` gets its page tables on the host, pinned (see :mod:`agentrt_kernels.paged`).
+
+``flashinfer`` is imported when a backend is built, never at import time. Without it, without
+a compiler for its JIT kernels (:mod:`agentrt_kernels.flashinfer_toolchain`), or with a KV cache
+FlashInfer cannot serve (on CPU, or float32), ``impl="auto"`` falls back with a warning to the
+``ref_*`` torch twins, which read exactly the same arguments; ``impl="flashinfer"`` raises
+instead.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import torch
 from agentrt.attention.base import AttentionBackend, AttentionMetadata, KVCacheTensors
 from agentrt.attention.cascade import PagedLevel, split_cascade
 from agentrt_kernels.cascade import CascadePlanArgs, cascade_plan_args, ref_cascade_attention
+from agentrt_kernels.flashinfer_toolchain import flashinfer_unusable_reason
 from agentrt_kernels.paged import (
     KV_LAYOUT,
     AppendIndices,
@@ -40,6 +46,7 @@ from agentrt_kernels.paged import (
     PlanArgs,
     append_indices,
     flashinfer_plan_args,
+    pinned,
     ref_append_paged_kv_cache,
     ref_batch_prefill,
 )
@@ -79,7 +86,7 @@ class FlashInferBackend(AttentionBackend):
         self.cascade = cascade
         """Plan the cascade wrapper when requests in a step share prefix pages."""
         self.num_cascade_steps = 0
-        self.kernels = _load_kernels(impl, kv, workspace_bytes)
+        self.kernels = _load_kernels(impl, kv, self.heads, workspace_bytes)
         self.graph_buffers: dict[int, DecodeGraphBuffers] = {}
         self._graph: DecodeGraphBuffers | None = None
 
@@ -89,10 +96,15 @@ class FlashInferBackend(AttentionBackend):
         decode path (run eagerly, a CPU check of it) but cannot be captured."""
         return isinstance(self.kernels, _FlashInferKernels)
 
-    def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_num_pages: int) -> None:
+    def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_pages_per_seq: int) -> None:
         device = self.kv.k.device
+        # NOTE: one page-index buffer for every size (one graph replays at a time): a step of B
+        # rows references at most B * max_pages_per_seq pages, shared prefix pages included
+        shared = torch.zeros(max(batch_sizes) * max_pages_per_seq, dtype=torch.int32,
+                             device=device)
         for bs in batch_sizes:
-            buffers = DecodeGraphBuffers.allocate(bs, max_num_pages, self.kv.page_size, device)
+            buffers = DecodeGraphBuffers.allocate(bs, shared[: bs * max_pages_per_seq],
+                                                  self.kv.page_size)
             self.graph_buffers[bs] = buffers
             self.kernels.add_graph_decode(buffers)
 
@@ -100,16 +112,25 @@ class FlashInferBackend(AttentionBackend):
         buffers = self.graph_buffers[meta.num_seqs]
         buffers.fill(meta)
         self._graph = buffers
-        self.kernels.plan_graph(buffers, flashinfer_plan_args(meta, self.heads))  # host table
+        # NOTE: indptr and last-page lengths from the host (plan reads them there), the page
+        # indices from the device: plan copies host indices into the buffer blocking (a sync)
+        level = PagedLevel.from_metadata(meta)
+        indices = level.kv_indices.to(self.kv.k.device, non_blocking=True)
+        level = PagedLevel(level.qo_indptr, level.kv_indptr, indices, level.kv_last_page_len,
+                           level.page_size, level.causal)
+        self.kernels.plan_graph(buffers, flashinfer_plan_args(level, self.heads))
 
     def plan(self, meta: AttentionMetadata) -> None:
         self._graph = None
         device = self.kv.k.device
-        self._append = append_indices(meta).to(device)
-        self._table = PagedLevel.from_metadata(meta).to(device)
+        host = PagedLevel.from_metadata(meta)  # NOTE: plan reads it on the host: no syncs
+        append = append_indices(meta)
+        if device.type == "cuda":  # page-locked: the copies below and plan's are async
+            host, append = pinned(host), AppendIndices(*(t.pin_memory() for t in append))
+        self._append, self._table = append.to(device), host.to(device)
         split = split_cascade(meta) if self.cascade else None
         if split is None:
-            self._step: StepArgs = flashinfer_plan_args(self._table, self.heads, device)
+            self._step: StepArgs = flashinfer_plan_args(host, self.heads)
             self._row_order = None
         else:
             self._step = cascade_plan_args(split, self.heads, device)
@@ -159,13 +180,17 @@ class DecodeGraphBuffers:
     positions: torch.Tensor  # (B,) int32: where each row's new token goes in its KV
 
     @classmethod
-    def allocate(cls, batch_size: int, max_num_pages: int, page_size: int,
-                 device: str | torch.device) -> DecodeGraphBuffers:
+    def allocate(cls, batch_size: int, kv_indices: torch.Tensor,
+                 page_size: int) -> DecodeGraphBuffers:
+        """Buffers for ``batch_size`` rows over ``kv_indices`` (int32, its capacity in pages;
+        on the device the buffers go to, possibly a view shared with other sizes)."""
+        device = kv_indices.device
+
         def zeros(n: int) -> torch.Tensor:
             return torch.zeros(n, dtype=torch.int32, device=device)
 
         rows = torch.arange(batch_size + 1, dtype=torch.int32, device=device)
-        return cls(batch_size, page_size, rows, zeros(batch_size + 1), zeros(max_num_pages),
+        return cls(batch_size, page_size, rows, zeros(batch_size + 1), kv_indices,
                    zeros(batch_size), rows[:-1], zeros(batch_size))
 
     @property
@@ -195,14 +220,17 @@ class DecodeGraphBuffers:
 class _FlashInferKernels:
     """The real wrappers; one float workspace shared by all of them."""
 
-    def __init__(self, fi: ModuleType, device: torch.device, workspace_bytes: int) -> None:
+    def __init__(self, fi: ModuleType, device: torch.device, heads: HeadLayout,
+                 workspace_bytes: int) -> None:
         _log.info("FlashInfer %s on %s: its kernels compile on first use for each dtype and "
                   "head size (about 1.5 min each on an H200), then load from FlashInfer's "
                   "cache", getattr(fi, "__version__", "?"), device)
         self.fi = fi
         workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
         self.prefill = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, KV_LAYOUT)
-        self.decode = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, KV_LAYOUT)
+        self.use_tensor_cores = heads.decode_uses_tensor_cores
+        self.decode = fi.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, KV_LAYOUT, use_tensor_cores=self.use_tensor_cores)
         self.cascade = fi.MultiLevelCascadeAttentionWrapper(2, workspace, KV_LAYOUT)
         self.workspace = workspace
         self.graph_decode: dict[int, object] = {}
@@ -211,6 +239,7 @@ class _FlashInferKernels:
         """A CUDA-graph decode wrapper over ``buffers`` (its batch size is fixed)."""
         self.graph_decode[buffers.batch_size] = self.fi.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, KV_LAYOUT, use_cuda_graph=True,
+            use_tensor_cores=self.use_tensor_cores,
             paged_kv_indptr_buffer=buffers.kv_indptr,
             paged_kv_indices_buffer=buffers.kv_indices,
             paged_kv_last_page_len_buffer=buffers.kv_last_page_len)
@@ -272,7 +301,7 @@ class _ReferenceKernels:
         return ref_batch_prefill(q, cache, self._step).out.to(q.dtype)
 
 
-def _load_kernels(impl: Impl, kv: KVCacheTensors, workspace_bytes: int):
+def _load_kernels(impl: Impl, kv: KVCacheTensors, heads: HeadLayout, workspace_bytes: int):
     if impl == "reference":
         return _ReferenceKernels()
     reason = _unsupported(kv)
@@ -280,10 +309,11 @@ def _load_kernels(impl: Impl, kv: KVCacheTensors, workspace_bytes: int):
         fi = load_flashinfer()
         if reason:
             raise ValueError(f"FlashInfer cannot run here: {reason}")
-        return _FlashInferKernels(fi, kv.k.device, workspace_bytes)
+        return _FlashInferKernels(fi, kv.k.device, heads, workspace_bytes)
+    reason = reason or flashinfer_unusable_reason()
     if reason is None:
         try:
-            return _FlashInferKernels(load_flashinfer(), kv.k.device, workspace_bytes)
+            return _FlashInferKernels(load_flashinfer(), kv.k.device, heads, workspace_bytes)
         except ImportError as e:
             reason = str(e)
     warnings.warn(f"FlashInfer unavailable ({reason}); the flashinfer backend runs its torch "

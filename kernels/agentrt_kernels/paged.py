@@ -9,6 +9,10 @@ reading exactly the same arguments: that is how the arguments are checked on CPU
 
 KV layout: per layer a ``(k_cache, v_cache)`` tuple, each (num_pages, page_size, kv_heads,
 head_dim) — FlashInfer's "NHD" layout, which is how :class:`KVCacheTensors` stores a layer.
+
+The page tables a wrapper's ``plan`` takes stay on the host (pinned on a CUDA machine): FlashInfer
+0.6's ``plan`` reads ``qo_indptr``, ``kv_indptr`` and ``kv_last_page_len`` there (``.to("cpu")``)
+and copies the tables to the GPU itself, so device tensors would cost a sync each.
 """
 
 from __future__ import annotations
@@ -24,16 +28,23 @@ from agentrt.attention.cascade import PagedLevel
 __all__ = [
     "AppendIndices",
     "AttentionState",
+    "CUDA_CORE_DECODE_GROUP_SIZES",
     "HeadLayout",
     "PlanArgs",
     "PlanCall",
     "append_indices",
     "flashinfer_plan_args",
+    "pinned",
     "ref_append_paged_kv_cache",
     "ref_batch_prefill",
 ]
 
 KV_LAYOUT = "NHD"
+
+CUDA_CORE_DECODE_GROUP_SIZES = (1, 2, 3, 4, 8)
+"""GQA group sizes (query heads per KV head) that FlashInfer 0.6.3's CUDA-core decode kernels
+are instantiated for (``DISPATCH_GQA_GROUP_SIZE`` in include/flashinfer/utils.cuh); ``plan``
+raises "Unsupported group_size" for any other (FlashInfer issue #996)."""
 
 
 class PlanCall(NamedTuple):
@@ -69,9 +80,28 @@ class HeadLayout:
     head_dim: int
     dtype: torch.dtype
 
+    def __post_init__(self) -> None:
+        if self.num_kv_heads <= 0 or self.num_qo_heads % self.num_kv_heads:
+            raise ValueError(f"num_qo_heads ({self.num_qo_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads})")
+
     @property
     def sm_scale(self) -> float:
         return self.head_dim**-0.5
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head."""
+        return self.num_qo_heads // self.num_kv_heads
+
+    @property
+    def decode_uses_tensor_cores(self) -> bool:
+        """Whether decode runs on FlashInfer's prefill (tensor-core) kernels, the decode
+        wrapper's ``use_tensor_cores=True``: needed for the group sizes its CUDA-core kernels
+        do not dispatch (5, 6, 7, ...: Qwen2.5's 7 and 6, Qwen3-14B's 5). The tensor-core path
+        plans ``qo_indptr = arange(B + 1)`` and takes any group size; same arguments either way.
+        """
+        return self.group_size not in CUDA_CORE_DECODE_GROUP_SIZES
 
 
 @dataclass(frozen=True)
@@ -101,10 +131,19 @@ class PlanArgs:
 
 def flashinfer_plan_args(meta: AttentionMetadata | PagedLevel, heads: HeadLayout,
                          device: str | torch.device = "cpu") -> PlanArgs:
-    """The plan arguments of ``meta``'s step, with the index tensors moved to ``device``."""
+    """The plan arguments of ``meta``'s step, with the index tensors moved to ``device`` (the
+    host, where FlashInfer's ``plan`` reads them, unless a test asks otherwise)."""
     level = PagedLevel.from_metadata(meta) if isinstance(meta, AttentionMetadata) else meta
     q_lens = level.qo_indptr[1:] - level.qo_indptr[:-1]
     return PlanArgs(level.to(device), heads, is_decode=bool((q_lens == 1).all()))
+
+
+def pinned(level: PagedLevel) -> PagedLevel:
+    """``level`` (host tensors) in page-locked memory: its copies to the GPU, by ``plan`` and
+    by :meth:`PagedLevel.to`, are then asynchronous."""
+    return PagedLevel(level.qo_indptr.pin_memory(), level.kv_indptr.pin_memory(),
+                      level.kv_indices.pin_memory(), level.kv_last_page_len.pin_memory(),
+                      level.page_size, level.causal)
 
 
 def append_indices(meta: AttentionMetadata) -> AppendIndices:

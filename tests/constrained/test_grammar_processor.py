@@ -80,3 +80,42 @@ def test_schema_errors_give_xgrammars_reason_without_its_source_paths(backend, s
     message = str(e.value)
     assert reason.search(message) if isinstance(reason, re.Pattern) else reason in message
     assert ".cc" not in message and "/project/" not in message and "[" not in message[:1]
+
+
+def test_batched_masks_equal_the_row_by_row_masks(engine, backend):
+    """One bitmask copy for all grammar rows (the sampler's path) masks exactly as calling
+    each processor on its row: mid-grammar rows, a finished grammar, a rejected token, and
+    rows without a grammar or with another processor left alone or processed as before."""
+    from types import SimpleNamespace
+
+    from agentrt.engine.sampler import _process
+
+    tok = engine.tokenizer
+    partial = tok.encode('{"city": "Ro', add_special_tokens=False)
+    done, rejected = (tok.encode(s, add_special_tokens=False) for s in ("no.", "maybe"))
+    histories = {"fresh": [], "partial": partial, "done": done, "rejected": rejected}
+
+    def processors():
+        made = {"fresh": backend.json_schema(SCHEMA), "partial": backend.json_schema(SCHEMA),
+                "done": backend.ebnf('root ::= ("yes" | "no") "."'),
+                "rejected": backend.ebnf('root ::= ("yes" | "no") "."')}
+        return [(made[k], histories[k]) for k in ("fresh", "partial", "done", "rejected")]
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, backend.vocab_size)
+    by_row = logits.clone()
+    for i, (proc, ids) in enumerate(processors()):
+        by_row[i + 1] = proc(ids, by_row[i + 1])
+    by_row[5] = by_row[5] * 2
+
+    def double(ids, row):
+        return row * 2
+
+    rows = [(None, [])] + processors() + [(double, [])]
+    requests = [SimpleNamespace(params=SimpleNamespace(logits_processor=p), output_token_ids=ids)
+                for p, ids in rows]
+    batched = logits.clone()
+    assert _process(batched, requests) == {}
+    assert torch.equal(batched, by_row)
+    stop = requests[3].params.logits_processor.stop_token_ids
+    assert torch.isinf(batched[3]).sum() == batched.shape[1] - len(stop)  # only EOS is left

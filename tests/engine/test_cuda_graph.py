@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import random
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from agentrt import SamplingParams
+from agentrt.attention.base import AttentionMetadata
 from agentrt.attention.torch_ref import ref_paged_attention
 from agentrt.config import EngineConfig
 from agentrt.engine.cuda_graph import DecodeGraphs, pad_decode_metadata
@@ -63,6 +65,65 @@ def test_fixed_buffers_attend_like_the_unpadded_step(make_batch, make_cache, mak
     assert torch.equal(got_k[real], want_k[real])
     want = ref_paged_attention(q, kv.k[0], kv.v[0], meta)
     torch.testing.assert_close(out[:num_seqs], want, atol=1e-5, rtol=1e-5)
+
+
+def _shared_prefix_decode(num_seqs: int, shared: int) -> AttentionMetadata:
+    """``num_seqs`` decode rows on the same ``shared`` prefix pages plus one own page each."""
+    i32 = torch.int32
+    indices = [p for s in range(num_seqs) for p in [*range(shared), shared + s]]
+    last = [1 + s % PAGE for s in range(num_seqs)]
+    slots = [(shared + s) * PAGE + last[s] - 1 for s in range(num_seqs)]
+    return AttentionMetadata(
+        torch.arange(num_seqs + 1, dtype=i32), torch.arange(num_seqs + 1, dtype=i32) * (shared + 1),
+        torch.tensor(indices, dtype=i32), torch.tensor(last, dtype=i32),
+        torch.tensor(slots, dtype=torch.int64), PAGE)
+
+
+def test_a_step_sharing_prefix_pages_fits_the_graph_table(make_cache, make_qkv):
+    """8 requests on 12 shared pages reference 104 pages of a 24-page pool: the table of a
+    graph of B rows holds B * max_pages_per_seq, so the step runs (it raised ValueError)."""
+    pages, shared = 24, 12
+    meta = _shared_prefix_decode(8, shared)
+    assert meta.kv_indices.numel() > pages + 3  # the old bound: num_pages + len(sizes)
+    kv = make_cache(pages, PAGE, KVH, D)
+    q, k, v = make_qkv(meta, H, KVH, D)
+    want = ref_paged_attention(q, *_written(kv, meta, k, v), meta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the reference-twin fallback
+        backend = FlashInferBackend(kv, H, D, impl="reference")
+    graphs = DecodeGraphs(_FakeModel(), backend, (1, 4, 8), pad_page=pages - 1,
+                          max_pages_per_seq=shared + 1, device=torch.device("cpu"),
+                          capture=False)
+    assert graphs.padded_size(meta) == 8
+    backend.plan_decode_graph(meta)
+    torch.testing.assert_close(backend.forward(0, q, k, v), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_step_over_the_graph_table_runs_eagerly(make_cache):
+    kv = make_cache(24, PAGE, KVH, D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        backend = FlashInferBackend(kv, H, D, impl="reference")
+    graphs = DecodeGraphs(_FakeModel(), backend, (1, 4, 8), pad_page=23, max_pages_per_seq=4,
+                          device=torch.device("cpu"), capture=False)
+    assert graphs.padded_size(_shared_prefix_decode(3, 3)) == 4  # 12 + 1 pad page <= 4 * 4
+    assert graphs.padded_size(_shared_prefix_decode(3, 4)) == 4  # 15 + 1 <= 16
+    assert graphs.padded_size(_shared_prefix_decode(3, 5)) is None  # 18 + 1 > 16: eager
+    assert graphs.padded_size(_shared_prefix_decode(8, 3)) == 8  # 32 <= 8 * 4
+
+
+class _FakeModel:
+    """What DecodeGraphs reads of a model before a step runs (no step runs here)."""
+
+    config = SimpleNamespace(hidden_size=8)
+    dtype = torch.float32
+
+
+def _written(kv, meta, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+    k_pages, v_pages = kv.k[0].clone(), kv.v[0].clone()
+    k_pages.flatten(0, 1)[meta.slot_mapping] = k
+    v_pages.flatten(0, 1)[meta.slot_mapping] = v
+    return k_pages, v_pages
 
 
 def _greedy(core: LLMEngine) -> list[list[int]]:
