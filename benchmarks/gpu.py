@@ -19,7 +19,7 @@ agentrt runs with CUDA graphs for decode and FlashInfer attention when it is ins
 up once before it is timed; times are wall clock after ``torch.cuda.synchronize()``.
 
 It needs a CUDA GPU and exits with a message without one. Its first GPU run (H200, without the
-agent workload, vLLM or SGLang) is in the README's GPU section.
+agent workload, vLLM or SGLang) is in docs/performance.md (GPU).
 
     python benchmarks/gpu.py                           # everything
     python benchmarks/gpu.py --skip-agent --decode-batches 1,8
@@ -299,7 +299,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: all). transformers' sdpa goes through SDPA (and agentrt's "
                         "torch attention backend, which leaves cuDNN out on CUDA); FlashInfer "
                         "does not. 'flash,efficient,math' is transformers without cuDNN, which "
-                        "plans every new decode length anew (the README's GPU section)")
+                        "plans every new decode length anew (docs/gpu.md)")
     for peer in ("hf", "vllm", "sglang", "agent"):
         p.add_argument(f"--skip-{peer}", action="store_true", help=f"skip {peer}")
     return p.parse_args(argv)

@@ -94,6 +94,13 @@ def test_the_readme_has_an_example_per_front_end():
     assert len((ROOT / "README.md").read_bytes()) <= 15_000, "the README is a front page"
 
 
+def test_every_fence_follows_the_convention():
+    for path in DOCS:
+        for match in FENCE.finditer(path.read_text()):
+            assert match.group(2) in (None, "", "python", "bash", "text", "console"), \
+                f"{path.name}: a ```{match.group(2)} block; see this test's docstring"
+
+
 @pytest.mark.parametrize("where,code", PYTHON, ids=_ids(PYTHON))
 def test_python_block_runs(where, code, shared_engine, request):
     """... alone, and leaves no request paused: an example that kept a request's KV for good
