@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -108,7 +109,10 @@ def test_python_block_runs(where, code, shared_engine, request):
     if README_PORT_URL in code:
         code = code.replace(README_PORT_URL, request.getfixturevalue("server").base_url)
     paused = shared_engine.load().num_paused
-    exec(compile(code, where, "exec"), {"__name__": "docs"})  # noqa: S102
+    module = types.ModuleType("docs_example")  # NOTE: a real module: dataclasses look it up
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, module.__name__, module)
+        exec(compile(code, where, "exec"), module.__dict__)  # noqa: S102
     assert shared_engine.load().num_paused == paused
 
 
