@@ -3,7 +3,7 @@ growing KV lengths; transformers' one-token forward with each backend set; agent
 attention backend per layer-step with and without cuDNN's SDPA; one small kernel launch.
 
 torch 2.11 tries cuDNN's SDPA first on Hopper and cuDNN plans every new shape, so a decode
-whose KV grows a token a step pays a new plan each call (the README's GPU section has the
+whose KV grows a token a step pays a new plan each call (docs/gpu.md has the
 figures of 2026-11-27). Run on a CUDA GPU; nothing is downloaded (the model is a random-weight
 one of SmolLM2-135M's shape). This is the one-off probe that measured them, rearranged into
 functions with ``--help`` and a CUDA check; in this form it has not run on a GPU yet.
