@@ -113,7 +113,8 @@ class LLMEngine:
                                                     self.dtype, pin_memory=True)
         self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache)
         backend = get_attention_backend(c.resolved_attention_backend)
-        self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
+        self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim,
+                               windows=mc.layer_windows, scale=mc.attn_scale)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)
         self.model.fit_context(self.max_model_len)  # RoPE tables for this context (longrope)
