@@ -111,7 +111,9 @@ class LLMEngine:
             else:  # pinned and page-major: swaps are async copies on a side stream
                 host = KVCacheTensors.allocate_host(mc.num_layers, host_blocks, *shape[2:],
                                                     self.dtype, pin_memory=True)
-        self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache)
+        windows = set(mc.layer_windows)  # pages are released only when every layer slides
+        window = windows.pop() if len(windows) == 1 else None
+        self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache, window=window)
         backend = get_attention_backend(c.resolved_attention_backend)
         self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim,
                                windows=mc.layer_windows, scale=mc.attn_scale)

@@ -1,6 +1,7 @@
 """A Mistral-style sliding window (every layer attends within W tokens) matches transformers
 past the window: greedy tokens and every step's logprob, with chunked prefill whose chunks
-start past the window and decode steps that see only the window's keys."""
+start past the window and decode steps that see only the window's keys, while the pages
+behind the window are released (their table entries point at the null page)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,10 @@ def test_a_windowed_mistral_matches_transformers_past_the_window(mistral, backen
                    max_num_batched_tokens=8, attention_backend=backend)
     try:
         assert small.core.backend.windows == (WINDOW, WINDOW)
+        assert small.core.kv.window == WINDOW  # pages behind the window are released
+        free = small.core.kv.num_free_blocks
         out = small.generate(PROMPT, SamplingParams(max_tokens=6, ignore_eos=True, logprobs=0))
+        assert small.core.kv.num_free_blocks == free
     finally:
         small.close()
     steps = hf_steps(hf, PROMPT, out.token_ids)
