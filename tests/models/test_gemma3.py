@@ -80,12 +80,16 @@ def test_the_config_reads_gemma_s_layer_types_bases_and_scale(gemma_folder):
     assert c.attn_scale == 24**-0.5
 
 
-def write_gemma3_gguf(hf, path, qtype=None):
+def write_gemma3_gguf(hf, path, qtype=None, tokenizer=None):
     """``hf`` as llama.cpp's converter writes a gemma3 file: norms as 1 + weight, no output
-    tensor (tied), 2-D weights in ``qtype`` (the model takes the file's values)."""
+    tensor (tied), 2-D weights in ``qtype`` (k-quants as random valid blocks; the model takes
+    the file's values)."""
     import gguf
+    import numpy as np
 
-    from tests.models.gguf_models import default_tokenizer
+    from tests.models.gguf_models import default_tokenizer, encode
+
+    rng = np.random.default_rng(0)
 
     cfg = hf.config
     writer = gguf.GGUFWriter(str(path), "gemma3")
@@ -102,7 +106,7 @@ def write_gemma3_gguf(hf, path, qtype=None):
                        (writer.add_layer_norm_rms_eps, cfg.rms_norm_eps),
                        (writer.add_sliding_window, cfg.sliding_window)):
         add(value)
-    default_tokenizer(writer, gguf)
+    (tokenizer or default_tokenizer)(writer, gguf)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, cfg.num_hidden_layers)
     params = dict(hf.named_parameters())
     for hf_name, tensor in hf.state_dict().items():
@@ -113,7 +117,7 @@ def write_gemma3_gguf(hf, path, qtype=None):
         if hf_name.endswith("norm.weight"):
             data = data + 1.0
         if data.ndim == 2 and qtype is not None:
-            data = gguf.quants.quantize(data, qtype)
+            data = encode(data, qtype, rng)
             with torch.no_grad():
                 params[hf_name].copy_(torch.from_numpy(
                     gguf.quants.dequantize(data, qtype).reshape(tensor.shape)))
@@ -126,16 +130,23 @@ def write_gemma3_gguf(hf, path, qtype=None):
     return path
 
 
-@pytest.mark.parametrize("fmt", ["F32", "Q8_0"])
+@pytest.mark.parametrize("fmt", ["F32", "Q8_0", "Q4_K"])
 def test_a_gemma3_gguf_matches_transformers_past_the_window(fmt, tmp_path):
-    """Six layers: llama.cpp's gemma3 pattern (five sliding, one global) is the file's."""
+    """Six layers: llama.cpp's gemma3 pattern (five sliding, one global) is the file's. Q4_K
+    blocks hold 256 values a row: rows of 256, a 512-token vocabulary."""
     import gguf
 
+    from tests.models.gguf_models import tiny_tokenizer
+
     types = ["sliding_attention"] * 5 + ["full_attention"]
-    hf = random_gemma3(num_hidden_layers=6, layer_types=types, query_pre_attn_scalar=16)
+    kquant = dict(hidden_size=256, intermediate_size=512, vocab_size=512, head_dim=64,
+                  query_pre_attn_scalar=64) if fmt == "Q4_K" else {}
+    hf = random_gemma3(**{"num_hidden_layers": 6, "layer_types": types,
+                          "query_pre_attn_scalar": 16, **kquant})
     hf.config._attn_implementation = "eager"
     qtype = None if fmt == "F32" else gguf.GGMLQuantizationType[fmt]
-    path = write_gemma3_gguf(hf, tmp_path / "gemma3.gguf", qtype)
+    path = write_gemma3_gguf(hf, tmp_path / "gemma3.gguf", qtype,
+                             tiny_tokenizer if kquant else None)
     small = Engine(str(path), num_blocks=32, block_size=4, max_num_batched_tokens=8)
     try:
         assert small.core.backend.windows == (WINDOW,) * 5 + (None,)
