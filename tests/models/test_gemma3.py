@@ -5,6 +5,7 @@ transformers' greedy tokens and every step's logprob past the window, as an HF f
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 from agentrt import Engine, SamplingParams
 
 WINDOW = 8
+TEMPLATES = Path(__file__).parents[1] / "chat" / "templates"
 PROMPT = list(range(100, 166, 3))  # 22 tokens
 GEMMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24,
@@ -58,8 +60,9 @@ def gemma_folder(tmp_path_factory, engine):
     folder = tmp_path_factory.mktemp("tiny-gemma3")
     hf = random_gemma3()
     hf.save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(engine.core.model_path / name, folder / name)
+    shutil.copy(TEMPLATES / "gemma3.jinja", folder / "chat_template.jinja")  # Gemma's own
     import transformers
 
     return folder, transformers.Gemma3ForCausalLM.from_pretrained(
@@ -78,6 +81,14 @@ def test_the_config_reads_gemma_s_layer_types_bases_and_scale(gemma_folder):
     assert c.layer_windows == (WINDOW, None)
     assert (c.rope_theta, c.rope_local_theta) == (1e6, 10000.0)
     assert c.attn_scale == 24**-0.5
+
+
+def test_the_folder_renders_gemma_s_turns(gemma_folder):
+    from agentrt.chat.template import render_prompt
+    from agentrt.models import load_tokenizer
+
+    prompt = render_prompt(load_tokenizer(gemma_folder[0]), [{"role": "user", "content": "hi"}])
+    assert prompt.endswith("<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n")
 
 
 def write_gemma3_gguf(hf, path, qtype=None, tokenizer=None):
