@@ -42,7 +42,8 @@ def hf_steps(hf, prompt: list[int], new: list[int]) -> list[torch.Tensor]:
 
 
 def check_engine(path, hf, steps: int = 6, tol: float = 1e-4, **options) -> None:
-    small = Engine(str(path), num_blocks=32, block_size=4, max_num_batched_tokens=8, **options)
+    small = Engine(str(path), num_blocks=32, block_size=4, max_num_batched_tokens=8,
+                   profile_on_start=False, **options)
     try:
         assert small.core.backend.windows == (WINDOW, None)
         out = small.generate(PROMPT, SamplingParams(max_tokens=steps, ignore_eos=True,
@@ -141,24 +142,26 @@ def write_gemma3_gguf(hf, path, qtype=None, tokenizer=None):
     return path
 
 
+@pytest.mark.usefixtures("private_cache")  # the file's converted folder: a private cache
 @pytest.mark.parametrize("fmt", ["F32", "Q8_0", "Q4_K"])
 def test_a_gemma3_gguf_matches_transformers_past_the_window(fmt, tmp_path):
-    """Six layers: llama.cpp's gemma3 pattern (five sliding, one global) is the file's. Q4_K
-    blocks hold 256 values a row: rows of 256, a 512-token vocabulary."""
+    """Six layers: llama.cpp's gemma3 pattern (five sliding, one global) is the file's; a
+    512-token vocabulary (a tokenizer that converts fast). Q4_K blocks hold 256 values a row:
+    rows of 256 there."""
     import gguf
 
     from tests.models.gguf_models import tiny_tokenizer
 
     types = ["sliding_attention"] * 5 + ["full_attention"]
-    kquant = dict(hidden_size=256, intermediate_size=512, vocab_size=512, head_dim=64,
+    kquant = dict(hidden_size=256, intermediate_size=512, head_dim=64,
                   query_pre_attn_scalar=64) if fmt == "Q4_K" else {}
-    hf = random_gemma3(**{"num_hidden_layers": 6, "layer_types": types,
+    hf = random_gemma3(**{"num_hidden_layers": 6, "layer_types": types, "vocab_size": 512,
                           "query_pre_attn_scalar": 16, **kquant})
     hf.config._attn_implementation = "eager"
     qtype = None if fmt == "F32" else gguf.GGMLQuantizationType[fmt]
-    path = write_gemma3_gguf(hf, tmp_path / "gemma3.gguf", qtype,
-                             tiny_tokenizer if kquant else None)
-    small = Engine(str(path), num_blocks=32, block_size=4, max_num_batched_tokens=8)
+    path = write_gemma3_gguf(hf, tmp_path / "gemma3.gguf", qtype, tiny_tokenizer)
+    small = Engine(str(path), num_blocks=32, block_size=4, max_num_batched_tokens=8,
+                   profile_on_start=False)
     try:
         assert small.core.backend.windows == (WINDOW,) * 5 + (None,)
         out = small.generate(PROMPT, SamplingParams(max_tokens=4, ignore_eos=True, logprobs=0))

@@ -45,7 +45,7 @@ def hf_steps(hf, prompt: list[int], new: list[int]) -> list[torch.Tensor]:
 def test_a_windowed_mistral_matches_transformers_past_the_window(mistral, backend):
     folder, hf = mistral
     small = Engine(str(folder), dtype="float32", num_blocks=32, block_size=4,
-                   max_num_batched_tokens=8, attention_backend=backend)
+                   max_num_batched_tokens=8, attention_backend=backend, profile_on_start=False)
     try:
         assert small.core.backend.windows == (WINDOW, WINDOW)
         assert small.core.kv.window == WINDOW  # pages behind the window are released
@@ -63,7 +63,8 @@ def test_a_windowed_mistral_matches_transformers_past_the_window(mistral, backen
 def test_without_the_window_the_outputs_differ(mistral):
     """The check above can fail: whole attention over 22+ tokens gives other logprobs."""
     folder, hf = mistral
-    small = Engine(str(folder), dtype="float32", num_blocks=32, block_size=4)
+    small = Engine(str(folder), dtype="float32", num_blocks=32, block_size=4,
+                   profile_on_start=False)
     try:
         small.core.backend.windows = ()
         out = small.generate(PROMPT, SamplingParams(max_tokens=2, ignore_eos=True, logprobs=0))
