@@ -14,6 +14,7 @@ captured kernels read the current step's pages.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,11 +63,30 @@ class AttentionBackend(ABC):
     """Whether decode steps planned with :meth:`plan_decode_graph` can be captured as CUDA
     graphs (their kernels read only fixed buffers and never sync with the host)."""
 
-    def __init__(self, kv: KVCacheTensors, num_heads: int, head_dim: int) -> None:
+    def __init__(self, kv: KVCacheTensors, num_heads: int, head_dim: int, *,
+                 windows: Sequence[int | None] = (), scale: float | None = None) -> None:
+        """``windows``: each layer's sliding window W (a query at position p sees keys at
+        p - W + 1 .. p, transformers' ``sliding_window``; FlashInfer's ``window_left`` is
+        W - 1), None for a global layer; layers past the sequence's end are global.
+        ``scale``: the softmax scale, ``head_dim ** -0.5`` unless given (Gemma's
+        ``query_pre_attn_scalar ** -0.5``)."""
         self.kv = kv
         self.num_heads = num_heads
         self.head_dim = head_dim
-        self.scale = head_dim**-0.5
+        self.scale = scale if scale is not None else head_dim**-0.5
+        self.windows = tuple(windows)
+        if any(w is not None and w < 1 for w in self.windows):
+            raise ValueError(f"windows: a sliding window is at least 1 token, got {windows}")
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of ``layer``; None = global attention."""
+        return self.windows[layer] if layer < len(self.windows) else None
+
+    @property
+    def distinct_windows(self) -> tuple[int | None, ...]:
+        """The windows the layers use (None = global), each once, global first."""
+        return tuple(sorted(set(self.windows) | ({None} if not self.windows else set()),
+                            key=lambda w: -1 if w is None else w))
 
     def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_pages_per_seq: int) -> None:
         """Allocate, once, fixed buffers for decode steps of exactly these batch sizes, a step

@@ -4,7 +4,8 @@
 requests share pages the step runs exactly as on the torch backend. Otherwise ``forward``
 gathers each group's shared KV once and attends all of the group's query rows to it in one
 product, attends every request to its own remaining pages, and merges the two partial states
-with the log-sum-exp rule.
+with the log-sum-exp rule. Sliding-window layers always attend as on the torch backend
+(their window's keys are what they see, shared or not).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class TorchCascadeBackend(TorchRefBackend):
 
     name = "torch_cascade"
 
-    def __init__(self, kv, num_heads: int, head_dim: int) -> None:
-        super().__init__(kv, num_heads, head_dim)
+    def __init__(self, kv, num_heads: int, head_dim: int, **options) -> None:
+        super().__init__(kv, num_heads, head_dim, **options)
         self.num_cascade_steps = 0
         """Steps planned with at least one shared group (observability and tests)."""
         self._is_cascade = False
@@ -45,8 +46,9 @@ class TorchCascadeBackend(TorchRefBackend):
     def plan(self, meta: AttentionMetadata) -> None:
         split = split_cascade(meta)
         self._is_cascade = split is not None
+        if split is None or any(w is not None for w in self.windows):
+            super().plan(meta)  # NOTE: sliding layers attend by their window's plain plan
         if split is None:
-            super().plan(meta)
             return
         self.num_cascade_steps += 1
         self._slot_mapping = meta.slot_mapping
@@ -61,7 +63,7 @@ class TorchCascadeBackend(TorchRefBackend):
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor) -> torch.Tensor:
-        if not self._is_cascade:
+        if not self._is_cascade or self.window(layer) is not None:
             return super().forward(layer, q, k, v)
         k_slots, v_slots = self.kv.layer_slots(layer)
         k_slots.index_copy_(0, self._slot_mapping, k)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from agentrt.attention.base import AttentionBackend, AttentionMetadata
 
-__all__ = ["TorchRefBackend", "ref_paged_attention", "sdpa_context"]
+__all__ = ["TorchRefBackend", "ref_paged_attention", "sdpa_context", "window_mask"]
 
 
 class _CudnnSdpOff(contextlib.AbstractContextManager):
@@ -80,6 +80,14 @@ class _PrefillSeq:
     mask: torch.Tensor | None  # (q_len, kv_len) bool; None = plain causal (q_len == kv_len)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How the layers of one window attend in the planned step."""
+
+    decode: _DecodeGroup | None
+    prefill: list[_PrefillSeq]
+
+
 class TorchRefBackend(AttentionBackend):
     """Paged attention with ``torch.nn.functional.scaled_dot_product_attention``."""
 
@@ -91,18 +99,25 @@ class TorchRefBackend(AttentionBackend):
         lens = meta.kv_lens().tolist()
         decode = [i for i in range(meta.num_seqs) if qo[i + 1] - qo[i] == 1]
         prefill = [i for i in range(meta.num_seqs) if qo[i + 1] - qo[i] > 1]
-        self._decode = _decode_group(meta, decode, qo, lens) if decode else None
         seq_slots = _sequence_slots(meta, lens, prefill) if prefill else {}
-        self._prefill = [_prefill_seq(qo[i], qo[i + 1], lens[i], seq_slots[i]) for i in prefill]
+        self._plans = {
+            w: _Plan(_decode_group(meta, decode, qo, lens, w) if decode else None,
+                     [_prefill_seq(qo[i], qo[i + 1], lens[i], seq_slots[i], w) for i in prefill])
+            for w in self.distinct_windows}
         if self.kv.k.device.type != "cpu":
             self._move_plan(self.kv.k.device)
+
+    @property
+    def _decode(self) -> _DecodeGroup | None:
+        """The decode rows of the planned step, as the first layer attends to them."""
+        return self._plans[self.window(0)].decode
 
     def _move_plan(self, device: torch.device) -> None:
         """Copy this step's planned index tensors to ``device`` (a CUDA cache)."""
         self._slot_mapping = _to_device(self._slot_mapping, device)
-        if self._decode is not None:
-            self._decode = _moved(self._decode, device)
-        self._prefill = [_moved(seq, device) for seq in self._prefill]
+        self._plans = {w: _Plan(None if p.decode is None else _moved(p.decode, device),
+                                [_moved(seq, device) for seq in p.prefill])
+                       for w, p in self._plans.items()}
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor) -> torch.Tensor:
@@ -110,15 +125,15 @@ class TorchRefBackend(AttentionBackend):
         k_slots.index_copy_(0, self._slot_mapping, k)
         v_slots.index_copy_(0, self._slot_mapping, v)
         out = torch.empty_like(q)
+        plan = self._plans[self.window(layer)]
         with sdpa_context(q.device):
-            if self._decode is not None:
-                self._attend_decode(q, k_slots, v_slots, out)
-            for seq in self._prefill:
+            if plan.decode is not None:
+                self._attend_decode(plan.decode, q, k_slots, v_slots, out)
+            for seq in plan.prefill:
                 out[seq.start : seq.end] = self._attend_prefill(q, k_slots, v_slots, seq)
         return out
 
-    def _attend_decode(self, q, k_slots, v_slots, out) -> None:
-        g = self._decode
+    def _attend_decode(self, g: _DecodeGroup, q, k_slots, v_slots, out) -> None:
         b = g.rows.numel()
         kk = k_slots.index_select(0, g.slots).view(b, g.max_len, *k_slots.shape[1:])
         vv = v_slots.index_select(0, g.slots).view(b, g.max_len, *v_slots.shape[1:])
@@ -173,22 +188,28 @@ def _sequence_slots(meta: AttentionMetadata, lens: list[int],
     return slots
 
 
-def _decode_group(meta: AttentionMetadata, idx: list[int], qo: list[int], lens: list[int]
-                  ) -> _DecodeGroup:
+def _decode_group(meta: AttentionMetadata, idx: list[int], qo: list[int], lens: list[int],
+                  window: int | None = None) -> _DecodeGroup:
     """The decode rows ``idx`` as one padded batch, in a fixed number of numpy operations
     whatever the batch (NOTE: torch's per-op overhead, ~5 us, is most of a small batch's
-    plan, and a per-row loop cost ~15 us a row)."""
+    plan, and a per-row loop cost ~15 us a row). With a ``window``, each row's slots are its
+    last ``window`` keys only (the pages before them are never read: they may be freed)."""
     ps = meta.page_size
     indptr = meta.kv_indptr.numpy().astype(np.int64)
     indices = meta.kv_indices.numpy().astype(np.int64)
     which = np.asarray(idx, dtype=np.int64)
-    starts = indptr[which]
+    full = np.asarray([lens[i] for i in idx], dtype=np.int64)
+    first = np.zeros_like(full) if window is None else np.maximum(full - window, 0)
+    starts = indptr[which] + first // ps  # the first page a row reads
     # each row's pages, padded with pages that are valid slots of the cache (any: masked)
     at = starts[:, None] + np.arange((indptr[which + 1] - starts).max(), dtype=np.int64)
     pages = indices[np.minimum(at, indices.size - 1)]
-    max_len = max(lens[i] for i in idx)
+    lengths = full - first
+    max_len = int(lengths.max())
     slots = (pages[:, :, None] * ps + np.arange(ps, dtype=np.int64)).reshape(len(idx), -1)
-    lengths = np.asarray([lens[i] for i in idx], dtype=np.int64)
+    if window is not None:  # shift each row to its first key inside the window
+        cols = (first % ps)[:, None] + np.arange(max_len, dtype=np.int64)
+        slots = np.take_along_axis(slots, np.minimum(cols, slots.shape[1] - 1), axis=1)
     mask = None
     if (lengths != max_len).any():
         mask = torch.from_numpy(lengths[:, None] > np.arange(max_len))[:, None, None, :]
@@ -198,13 +219,24 @@ def _decode_group(meta: AttentionMetadata, idx: list[int], qo: list[int], lens: 
                         mask, max_len)
 
 
-def _prefill_seq(start: int, end: int, kv_len: int, slots: torch.Tensor) -> _PrefillSeq:
+def _prefill_seq(start: int, end: int, kv_len: int, slots: torch.Tensor,
+                 window: int | None = None) -> _PrefillSeq:
     q_len = end - start
+    first = 0 if window is None else max(0, kv_len - q_len - window + 1)  # first key any sees
     mask = None
-    if kv_len != q_len:  # chunk after cached context: bottom-right aligned causal mask
-        q_pos = torch.arange(kv_len - q_len, kv_len)[:, None]
-        mask = torch.arange(kv_len)[None, :] <= q_pos
-    return _PrefillSeq(start, end, slots, mask)
+    if kv_len != q_len or window is not None:  # bottom-right aligned causal (+ window) mask
+        mask = window_mask(torch.arange(kv_len - q_len, kv_len), torch.arange(first, kv_len),
+                           window)
+    return _PrefillSeq(start, end, slots[first:], mask)
+
+
+def window_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """(Q, L) bool: query at ``q_pos`` may see the key at ``k_pos``: causal, and within
+    ``window`` tokens (itself included) where one is given."""
+    seen = k_pos[None, :] <= q_pos[:, None]
+    if window is not None:
+        seen &= k_pos[None, :] > q_pos[:, None] - window
+    return seen
 
 
 def ref_paged_attention(
@@ -213,11 +245,13 @@ def ref_paged_attention(
     v_pages: torch.Tensor,
     meta: AttentionMetadata,
     scale: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Unfused reference: attention of ``q`` (T, H, D) over pages (P, page_size, KVH, D).
 
     Reads the KV of each sequence straight from ``meta`` (no slot writes), one sequence at a
-    time in float64 softmax arithmetic; used to check backends against the metadata.
+    time in float64 softmax arithmetic; used to check backends against the metadata. A
+    ``window`` W: each query sees the W keys ending at its own position.
     """
     scale = scale if scale is not None else q.shape[-1] ** -0.5
     lens = meta.kv_lens().tolist()
@@ -232,7 +266,7 @@ def ref_paged_attention(
         rep = qq.shape[1] // kk.shape[1]
         kk, vv = kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1)
         scores = torch.einsum("qhd,lhd->hql", qq, kk) * scale
-        q_pos = torch.arange(n - qq.shape[0], n)[:, None]
-        scores = scores.masked_fill(torch.arange(n)[None, :] > q_pos, float("-inf"))
+        seen = window_mask(torch.arange(n - qq.shape[0], n), torch.arange(n), window)
+        scores = scores.masked_fill(~seen, float("-inf"))
         out[qo[i] : qo[i + 1]] = torch.einsum("hql,lhd->qhd", scores.softmax(-1), vv).to(q.dtype)
     return out

@@ -75,6 +75,9 @@ class TemplateCaps:
     renders_parallel_calls: bool = True
     """An assistant turn may hold several ``tool_calls`` (Llama 3.x's templates refuse it:
     such a turn is rendered as one assistant turn per call)."""
+    takes_tool_role: bool = True
+    """It renders a ``tool`` turn at all (Gemma's refuses any role but user and assistant,
+    alternating: tool results are then user turns, those of one round merged into one)."""
 
 
 _caps_cache: dict[str, TemplateCaps] = {}
@@ -93,7 +96,10 @@ def template_caps(tokenizer: Any, chat_template: str | None = None) -> TemplateC
         call = {"role": "assistant", "content": "", "tool_calls": [one]}
         calls = {**call, "tool_calls": [one, one]}
         renders_tool_calls = _PROBE in _try_render(tokenizer, [user, call], **extra)
+        result = {"role": "tool", "tool_call_id": _PROBE_ID, "content": _PROBE}
+        said = {"role": "assistant", "content": "ok"}
         _caps_cache[key] = TemplateCaps(
+            takes_tool_role=_PROBE in _try_render(tokenizer, [user, said, result], **extra),
             renders_tools=_PROBE in _try_render(tokenizer, [user], tools=[tool], **extra),
             renders_tool_calls=renders_tool_calls,
             renders_parallel_calls=not renders_tool_calls
@@ -118,6 +124,8 @@ def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]],
     caps = template_caps(tokenizer, chat_template)
     dicts = [turn for m in messages for turn in _one_call_a_turn(_to_template(m, caps, tool_format),
                                                                  caps)]
+    if not caps.takes_tool_role:
+        dicts = _results_as_user_turns(dicts)
     extra: dict[str, Any] = dict(check_template_kwargs(template_kwargs))
     if chat_template:
         extra["chat_template"] = chat_template
@@ -295,6 +303,19 @@ def _one_call_a_turn(turn: dict[str, Any], caps: TemplateCaps) -> list[dict[str,
             if k not in ("content", "tool_calls", "reasoning_content")}
     return [{**turn, "tool_calls": [calls[0]]},
             *({**rest, "content": "", "tool_calls": [call]} for call in calls[1:])]
+
+
+def _results_as_user_turns(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool turns as user turns (their ``<tool_response>`` blocks), adjacent ones merged."""
+    out: list[dict[str, Any]] = []
+    for turn in dicts:
+        if turn["role"] != "tool":
+            out.append(turn)
+        elif out and out[-1].get("is_results"):
+            out[-1]["content"] += "\n" + turn["content"]
+        else:
+            out.append({"role": "user", "content": turn["content"], "is_results": True})
+    return [{k: v for k, v in t.items() if k != "is_results"} for t in out]
 
 
 def _call_id(call_id: Any, index: int, tool_format: ToolCallFormat) -> Any:

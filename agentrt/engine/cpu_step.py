@@ -43,8 +43,12 @@ class CpuDecodeSteps:
         """The runner, or None where it cannot run: a model off the CPU or not in float32, an
         attention backend other than ``cpu``, a linear layer that is not GGUF blocks on the C
         kernels, or kernels that are not built here. ``adaptive_threads``: size each step's
-        team with a :class:`ThreadGovernor` (else always the whole team)."""
+        team with a :class:`ThreadGovernor` (else always the whole team). Layers of different
+        windows (Gemma 3's sliding and global ones) or a decoder other than the Llama family's
+        run in Python too."""
         if model.device.type != "cpu" or model.dtype != torch.float32 or backend.name != "cpu":
+            return None
+        if len(set(backend.windows)) > 1 or type(model) is not LlamaModel:
             return None
         from agentrt_kernels.cpu.decode_step import DecodeStep, LayerWeights
         from agentrt_kernels.cpu.gguf_linear import MAX_KERNEL_ROWS

@@ -111,9 +111,12 @@ class LLMEngine:
             else:  # pinned and page-major: swaps are async copies on a side stream
                 host = KVCacheTensors.allocate_host(mc.num_layers, host_blocks, *shape[2:],
                                                     self.dtype, pin_memory=True)
-        self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache)
+        windows = set(mc.layer_windows)  # pages are released only when every layer slides
+        window = windows.pop() if len(windows) == 1 else None
+        self.kv = KVCacheManager(self.kv_tensors, host, c.enable_prefix_cache, window=window)
         backend = attention_backend_for(c)  # NOTE: probes FlashInfer; warns on a fallback
-        self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim)
+        self.backend = backend(self.kv_tensors, mc.num_heads, mc.head_dim,
+                               windows=mc.layer_windows, scale=mc.attn_scale)
         limit = min(mc.max_position_embeddings, num_blocks * c.block_size)
         self.max_model_len = min(limit, c.max_model_len or limit)
         self.model.fit_context(self.max_model_len)  # RoPE tables for this context (longrope)

@@ -8,6 +8,19 @@ engine calls ``truncate`` when a paused request resumes from an earlier point (a
 ``swap_out``/``swap_in`` move a paused request's KV to the host pool and back, through a
 :class:`~agentrt.kvcache.transfer.PageCopier` (on CUDA: a side stream; the device pages of a
 swap-out stay allocated until its copy has completed, see :meth:`reap`).
+
+Sliding window (``window``: every layer attends within W tokens, Mistral-style): before each
+step of a request, the pages wholly before its window (the keys its next query can no longer
+see) are released and their table entries point at one reserved *null page* (never written,
+never read: the attention plans start each row at its window), so the table stays aligned
+with positions and a long sequence holds at most ceil(W / page) + 1 pages. A prefix-cache hit
+is always usable: the radix cache holds whole paths from the root, so the pages of the
+window before a hit are held by the cache itself; the request then drops its references to
+the pages behind its window (the cache keeps them while it keeps the prefix). At free, the
+cache is given the request's leading pages that it still held (none once the first page was
+released), so a long windowed sequence leaves only its early prefix cached. Swap and the
+interception costs count held pages only. (Hybrid models, Gemma 3's global layers among
+sliding ones, share one page table across layers and keep every page: see docs.)
 """
 
 from __future__ import annotations
@@ -23,7 +36,9 @@ __all__ = ["KVCacheManager"]
 
 class KVCacheManager:
     def __init__(self, device: KVCacheTensors, host: KVCacheTensors | None = None,
-                 enable_prefix_cache: bool = True, copier: PageCopier | None = None) -> None:
+                 enable_prefix_cache: bool = True, copier: PageCopier | None = None,
+                 window: int | None = None) -> None:
+        """``window``: the sliding window of every layer (None: some layer is global)."""
         self.device = device
         self.block_size = device.page_size
         self.pool = BlockPool(device.num_pages, self.block_size)
@@ -32,9 +47,14 @@ class KVCacheManager:
         self.host = host
         self.host_pool = BlockPool(host.num_pages, self.block_size) if host is not None else None
         self._swapped: dict[str, list[int]] = {}
+        self._released: dict[str, int] = {}
+        """Released leading table entries of a swapped-out windowed request."""
         self.copier = copier or make_copier(device, host)
         self._copying: list[tuple[object, list[int]]] = []
         """(event, device blocks) of swap-outs still copying; the blocks are held till done."""
+        self.window = window
+        self.null_block = self.pool.allocate(1)[0] if window is not None else None
+        """The page released table entries point at (windowed models; never freed)."""
 
     # --- capacity --------------------------------------------------------------------------
     @property
@@ -87,8 +107,30 @@ class KVCacheManager:
         req.num_computed_tokens = m.num_tokens
         return m.num_tokens
 
+    def held_blocks(self, req: Request) -> list[int]:
+        """The pages ``req`` holds (its table less the released entries)."""
+        if self.null_block is None:
+            return list(req.block_table)
+        return [b for b in req.block_table if b != self.null_block]
+
+    def release_out_of_window(self, req: Request) -> int:
+        """Release the pages before the window of ``req``'s next query; returns how many."""
+        if self.window is None:
+            return 0
+        first_seen = req.num_computed_tokens - self.window + 1
+        table, null, released = req.block_table, self.null_block, []
+        for i in range(min(max(0, first_seen) // self.block_size, len(table))):
+            if table[i] != null:
+                released.append(table[i])
+                table[i] = null
+        if released:
+            self.pool.decref(released)
+        return len(released)
+
     def allocate(self, req: Request, num_new_tokens: int) -> bool:
-        """Give ``req`` blocks for ``num_new_tokens`` more tokens; False if memory is short."""
+        """Give ``req`` blocks for ``num_new_tokens`` more tokens (first releasing the pages
+        behind its window); False if memory is short."""
+        self.release_out_of_window(req)
         need = self.blocks_needed(req, num_new_tokens)
         if need == 0:
             return True
@@ -102,13 +144,15 @@ class KVCacheManager:
         prefix cache first so a later request (or this one, resumed) can reuse them."""
         if cache and self.enable_prefix_cache and req.block_table:
             n = min(req.num_computed_tokens // self.block_size, len(req.block_table))
+            if self.null_block in req.block_table[:n]:  # only the leading pages still held
+                n = req.block_table.index(self.null_block)
             if n:
                 pages = n * self.block_size
                 self.cache.insert(req.token_ids[:pages], req.block_table[:n], req.namespace)
         if req.prefix_handle is not None:
             self.cache.unlock(req.prefix_handle)
             req.prefix_handle = None
-        self.pool.decref(req.block_table)
+        self.pool.decref(self.held_blocks(req))
         req.block_table = []
 
     def reset(self, req: Request) -> None:
@@ -134,9 +178,13 @@ class KVCacheManager:
         if keep % bs and page < len(req.block_table) and \
                 self.pool.ref_count(req.block_table[page]) > 1:
             keep = page * bs
+        if self.window is not None:  # NOTE: the window before ``keep`` may be released
+            lo = max(0, keep - self.window + 1) // bs
+            if self.null_block in req.block_table[lo : -(-keep // bs)]:
+                keep = 0  # recompute it all
         num_pages = -(-keep // bs)
         if len(req.block_table) > num_pages:
-            self.pool.decref(req.block_table[num_pages:])
+            self.pool.decref([b for b in req.block_table[num_pages:] if b != self.null_block])
             del req.block_table[num_pages:]
         del req.token_ids[num_tokens:]
         req.num_computed_tokens = keep
@@ -145,7 +193,8 @@ class KVCacheManager:
 
     # --- host tier -------------------------------------------------------------------------
     def can_swap_out(self, req: Request) -> bool:
-        return self.host_pool is not None and self.host_pool.can_allocate(len(req.block_table))
+        return (self.host_pool is not None
+                and self.host_pool.can_allocate(len(self.held_blocks(req))))
 
     def swap_out(self, req: Request) -> None:
         """Copy ``req``'s blocks to the host pool and release them on the device."""
@@ -153,12 +202,14 @@ class KVCacheManager:
             raise RuntimeError("no host pool configured")
         if self.is_swapped(req):
             raise RuntimeError(f"request {req.request_id!r} is already swapped out")
-        host_blocks = self.host_pool.allocate(len(req.block_table))
-        done = self.copier.swap_out(self.device, self.host, req.block_table, host_blocks)
+        held = self.held_blocks(req)
+        host_blocks = self.host_pool.allocate(len(held))
+        done = self.copier.swap_out(self.device, self.host, held, host_blocks)
         if done is not None:  # NOTE: hold the device blocks until the copy has read them
-            self.pool.incref(req.block_table)
-            self._copying.append((done, list(req.block_table)))
+            self.pool.incref(held)
+            self._copying.append((done, held))
         self._swapped[req.request_id] = host_blocks
+        self._released[req.request_id] = len(req.block_table) - len(held)  # leading entries
         self.free(req, cache=False)
 
     def can_swap_in(self, req: Request) -> bool:
@@ -169,8 +220,9 @@ class KVCacheManager:
         host_blocks = self._swapped[req.request_id]
         if not self._make_room(len(host_blocks)):
             return False
-        req.block_table = self.pool.allocate(len(host_blocks))
-        self.copier.swap_in(self.host, self.device, host_blocks, req.block_table)
+        blocks = self.pool.allocate(len(host_blocks))
+        req.block_table = [self.null_block] * self._released.pop(req.request_id, 0) + blocks
+        self.copier.swap_in(self.host, self.device, host_blocks, blocks)
         self.host_pool.decref(self._swapped.pop(req.request_id))
         return True
 
@@ -183,5 +235,6 @@ class KVCacheManager:
     def discard_swapped(self, req: Request) -> None:
         """Drop a swapped-out copy (abort while swapped)."""
         blocks = self._swapped.pop(req.request_id, None)
+        self._released.pop(req.request_id, None)
         if blocks:
             self.host_pool.decref(blocks)

@@ -101,8 +101,22 @@ def _load(path: Path, dtype: torch.dtype, quantization: str, fused_ops: bool,
         folder = path if path.is_dir() else gguf_folder(path, weights=True)
         config = ModelConfig.from_folder(folder)  # refuses other architectures, first
         weights = FloatWeights(_read_safetensors(folder), dtype, quantization, device)
-    net = LlamaModel(config, weights, dtype, fused_ops, device)
+    net = _decoder(config.architecture)(config, weights, dtype, fused_ops, device)
     return LoadedModel(folder, config, net, load_tokenizer(folder), quantization)
+
+
+_DECODERS = {"Gemma3ForCausalLM": "agentrt.models.gemma3:Gemma3Model"}
+"""Architectures whose forward pass is not :class:`LlamaModel`'s -> ``"module:class"``."""
+
+
+def _decoder(architecture: str) -> type[LlamaModel]:
+    """The forward pass class of ``architecture`` (imported when a model needs it)."""
+    from importlib import import_module
+
+    if architecture not in _DECODERS:
+        return LlamaModel
+    module, name = _DECODERS[architecture].split(":")
+    return getattr(import_module(module), name)
 
 
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:

@@ -3,11 +3,11 @@
 transformers parses the file (``AutoConfig``); this module keeps only what agentrt's own
 forward pass uses and rejects architectures it does not implement with a clear error.
 
-NOTE: the forward pass attends to the whole sequence; a model whose config sets a sliding
-window (Phi-3-mini-4k: 2047 tokens, Mistral 7B v0.1: 4096) gives transformers' outputs for
-sequences of up to that many tokens and different ones past it, so its
-``max_position_embeddings`` (which bounds the engine's ``max_model_len``) is capped at the
-window.
+Each layer has an attention type (:attr:`ModelConfig.layer_windows`): global, or sliding
+with a window of W tokens (the query at p sees keys p - W + 1 .. p, as transformers'
+``sliding_window``): every layer of a Mistral 7B v0.1 (4096) or Phi-3-mini-4k (2047) whose
+config.json sets a window, the layers ``layer_types`` marks ``sliding_attention`` (Gemma 3:
+five of every six).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[bool, bool]] = {
     "Qwen2ForCausalLM": (True, False),
     "Qwen3ForCausalLM": (False, True),
     "Phi3ForCausalLM": (False, False),  # Q/K/V and gate/up stored fused: qkv_proj, gate_up_proj
+    "Gemma3ForCausalLM": (False, True),  # agentrt.models.gemma3
 }
+_ALWAYS_WINDOWED = frozenset({"Gemma3ForCausalLM"})  # the window is the architecture's own
 
 
 class UnsupportedModelError(ValueError):
@@ -49,15 +51,28 @@ class ModelConfig:
     rope_theta: float
     rope_scaling: dict[str, Any] | None
     max_position_embeddings: int
-    """Positions the engine may use: the config's, capped at a sliding window (module note)."""
     tie_word_embeddings: bool
     qkv_bias: bool
     qk_norm: bool
     eos_token_ids: tuple[int, ...]
+    layer_windows: tuple[int | None, ...] = ()
+    """Each layer's sliding window in tokens, None for a global layer; () = all global."""
+    rope_local_theta: float | None = None
+    """The RoPE base of sliding layers where it differs from ``rope_theta`` (Gemma 3)."""
+    query_pre_attn_scalar: float | None = None
+    """Attention scores are scaled by this ** -0.5 (Gemma); None = ``head_dim ** -0.5``."""
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if self.layer_windows and len(self.layer_windows) != self.num_layers:
+            raise ValueError(f"layer_windows: {len(self.layer_windows)} entries for "
+                             f"{self.num_layers} layers")
+
+    @property
+    def attn_scale(self) -> float:
+        """The softmax scale of attention scores."""
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -95,18 +110,21 @@ class ModelConfig:
             rms_norm_eps=hf.rms_norm_eps,
             rope_theta=_rope_theta(hf),
             rope_scaling=_rope_scaling(hf),
-            max_position_embeddings=min(hf.max_position_embeddings,
-                                        _sliding_window(hf, folder) or 2**63),
+            max_position_embeddings=hf.max_position_embeddings,
             tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
             qkv_bias=bool(getattr(hf, "attention_bias", qkv_bias)) or qkv_bias,
             qk_norm=qk_norm,
             eos_token_ids=_eos_ids(hf, folder),
+            layer_windows=_layer_windows(hf, folder, arch),
+            rope_local_theta=_rope_local_theta(hf),
+            query_pre_attn_scalar=getattr(hf, "query_pre_attn_scalar", None),
         )
 
 
 def _rope_params(hf) -> dict[str, Any]:
+    """The RoPE parameters of global layers (Gemma 3 keeps one set per layer type)."""
     params = getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {}
-    return dict(params)
+    return dict(params.get("full_attention") or params)
 
 
 def _rope_theta(hf) -> float:
@@ -125,12 +143,31 @@ def _rope_scaling(hf) -> dict[str, Any] | None:
     return scaling
 
 
-def _sliding_window(hf, folder: Path) -> int | None:
-    """The window transformers attends within, where config.json sets one. NOTE: a Mistral
-    class default does not count: a GGUF file's config.json written before agentrt recorded
-    ``sliding_window`` has none, and llama.cpp runs such files without a window."""
+def _layer_windows(hf, folder: Path, arch: str) -> tuple[int | None, ...]:
+    """Each layer's window, where transformers attends within one: the config's
+    ``sliding_window`` on the layers its ``layer_types`` marks sliding (all layers where it
+    has none). NOTE: a Mistral class default does not count, only a window config.json sets:
+    a GGUF file's config.json written before agentrt recorded ``sliding_window`` has none,
+    and llama.cpp runs such files without a window."""
     raw = json.loads((folder / "config.json").read_text())
-    return getattr(hf, "sliding_window", None) if raw.get("sliding_window") else None
+    window = getattr(hf, "sliding_window", None)
+    if not window or not (raw.get("sliding_window") or arch in _ALWAYS_WINDOWED):
+        return ()
+    types = getattr(hf, "layer_types", None) or ["sliding_attention"] * hf.num_hidden_layers
+    if "sliding_attention" not in types:
+        return ()
+    return tuple(int(window) if t == "sliding_attention" else None for t in types)
+
+
+def _rope_local_theta(hf) -> float | None:
+    """Gemma 3's RoPE base for sliding layers (``rope_parameters["sliding_attention"]``, or
+    ``rope_local_base_freq`` in older configs)."""
+    params = getattr(hf, "rope_parameters", None) or {}
+    local = params.get("sliding_attention") if isinstance(params, dict) else None
+    if isinstance(local, dict) and local.get("rope_theta"):
+        return float(local["rope_theta"])
+    value = getattr(hf, "rope_local_base_freq", None)
+    return float(value) if value else None
 
 
 def _eos_ids(hf, folder: Path) -> tuple[int, ...]:

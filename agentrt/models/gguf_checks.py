@@ -81,8 +81,10 @@ def _required(config: dict[str, Any], arch: str, fused: bool) -> list[str]:
     per_layer += (["self_attn.qkv_proj", "mlp.gate_up_proj"] if fused else
                   ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
                    "mlp.up_proj"])
-    if arch == "qwen3":
+    if arch in ("qwen3", "gemma3"):
         per_layer += ["self_attn.q_norm", "self_attn.k_norm"]
+    if arch == "gemma3":
+        per_layer += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
     names = ["model.embed_tokens.weight", "model.norm.weight"]
     for i in range(config["num_hidden_layers"]):
         names += [f"model.layers.{i}.{n}.weight" for n in per_layer]

@@ -50,7 +50,9 @@ GGUF_ARCHITECTURES: dict[str, str] = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
 }
+_GEMMA = frozenset({"gemma3"})  # norms stored as 1 + weight; four norms a layer
 _INTERLEAVED_QK = frozenset({"llama"})  # llama.cpp interleaves rotary halves of Q/K rows here
 _FUSED = frozenset({"phi3"})  # one tensor for Q/K/V rows, one for gate/up rows
 _FLOAT_TYPES = {"F32": 4, "F16": 2, "BF16": 2}  # element-wise types: a 1-D tensor's rows
@@ -71,6 +73,8 @@ class GGUFTensor:
     nbytes: int
     interleaved_heads: int = 0
     """llama.cpp interleaved the rotary halves of this many heads' rows (0 = rows as in HF)."""
+    value_offset: float = 0.0
+    """Added to the stored values to give Hugging Face's (-1: a Gemma norm stored as 1 + w)."""
 
     @property
     def rows(self) -> int:
@@ -111,7 +115,8 @@ class GGUFTensor:
         import gguf
 
         values = gguf.quants.dequantize(self.read().numpy(), self.qtype)
-        return torch.from_numpy(values.astype("float32", copy=False).reshape(self.shape))
+        values = torch.from_numpy(values.astype("float32", copy=False).reshape(self.shape))
+        return values + self.value_offset if self.value_offset else values
 
 
 class GGUFFile:
@@ -161,6 +166,7 @@ class GGUFFile:
                 shape=tuple(int(d) for d in reversed(t.shape)),  # GGUF lists dims innermost-first
                 offset=int(t.data_offset), nbytes=int(t.n_bytes),
                 interleaved_heads=self._interleaved_heads(t.name),
+                value_offset=-1.0 if arch in _GEMMA and t.name.endswith("norm.weight") else 0.0,
             )
         try:
             scaling = rope_scaling(meta, arch, self.config, factors)
@@ -246,7 +252,22 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
         hidden_act="silu",
         sliding_window=int(meta.get(f"{arch}.attention.sliding_window") or 0) or None,
     )
+    if arch in _GEMMA:
+        config.update(_gemma3_config(config))
     return config
+
+
+def _gemma3_config(config: dict[str, Any]) -> dict[str, Any]:
+    """What a gemma3 file leaves to llama.cpp's code: five sliding layers of every six, RoPE
+    base 10,000 on them, and the query scale (head_dim; hidden / heads for the 62-layer
+    27B), as llama.cpp's gemma3 loader sets them."""
+    layers, heads = int(config["num_hidden_layers"]), int(config["num_attention_heads"])
+    scalar = config["hidden_size"] // heads if layers == 62 else config["head_dim"]
+    return dict(model_type="gemma3_text", hidden_activation="gelu_pytorch_tanh",
+                hidden_act="gelu_pytorch_tanh", query_pre_attn_scalar=scalar,
+                rope_local_base_freq=10000.0, sliding_window=config["sliding_window"] or 4096,
+                layer_types=["sliding_attention" if (i + 1) % 6 else "full_attention"
+                             for i in range(layers)])
 
 
 _END_OF_TURN = ("<|end|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>")
@@ -280,6 +301,8 @@ def _hf_names(gguf, arch: str, num_layers: int) -> dict[str, str]:
         hf += [layer + n for n in (
             "input_layernorm", "post_attention_layernorm", "self_attn.o_proj",
             "self_attn.q_norm", "self_attn.k_norm", "mlp.down_proj", *projections)]
+        if arch in _GEMMA:
+            hf += [layer + "pre_feedforward_layernorm", layer + "post_feedforward_layernorm"]
     names = {}
     for base in hf:
         gguf_base = name_map.get_name(base)

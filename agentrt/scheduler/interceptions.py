@@ -67,10 +67,12 @@ class _PausedView:
     expected_duration: float | None
 
 
-def _view(req: Request, now: float, block_size: int) -> _PausedView:
+def _view(req: Request, now: float, kv: KVCacheManager) -> _PausedView:
     # NOTE: KV moves and idles in whole pages, so C counts the page slots the request holds
+    # (a windowed request holds only its window's pages)
     it = req.interception
-    return _PausedView(req.request_id, len(req.block_table) * block_size, now - it.start_time,
+    return _PausedView(req.request_id, len(kv.held_blocks(req)) * kv.block_size,
+                       now - it.start_time,
                        it.kind, it.expected_duration)
 
 
@@ -134,7 +136,7 @@ class InterceptionManager:
     def end_step(self, running_tokens: int, batch_tokens: int, memory_pressure: bool) -> None:
         """Re-decide every preserved request (rent-or-buy) and apply swaps and discards."""
         now = time.monotonic()
-        views = [_view(r, now, self.kv.block_size) for r in self.paused.values()
+        views = [_view(r, now, self.kv) for r in self.paused.values()
                  if r.interception.strategy == "preserve"]
         if views:
             ctx = StepContext(self.cost, self.estimator, self.budget, running_tokens, batch_tokens,
@@ -151,7 +153,7 @@ class InterceptionManager:
         req.interception.strategy = strategy.value
         if strategy is Strategy.SWAP:
             t0 = time.perf_counter()
-            tokens = len(req.block_table) * self.kv.block_size
+            tokens = len(self.kv.held_blocks(req)) * self.kv.block_size
             self.kv.swap_out(req)
             self._count_swap(req, tokens, time.perf_counter() - t0, into_device=False)
         elif strategy is Strategy.DISCARD:

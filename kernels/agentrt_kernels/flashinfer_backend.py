@@ -80,21 +80,27 @@ class FlashInferBackend(AttentionBackend):
 
     def __init__(self, kv: KVCacheTensors, num_heads: int, head_dim: int, *,
                  impl: Impl = "auto", cascade: bool = False,
-                 workspace_bytes: int = WORKSPACE_BYTES) -> None:
-        super().__init__(kv, num_heads, head_dim)
-        self.heads = HeadLayout(num_heads, kv.k.shape[3], head_dim, kv.k.dtype)
+                 workspace_bytes: int = WORKSPACE_BYTES, windows=(), scale=None) -> None:
+        super().__init__(kv, num_heads, head_dim, windows=windows, scale=scale)
+        self.heads = HeadLayout(num_heads, kv.k.shape[3], head_dim, kv.k.dtype, self.scale)
         self.cascade = cascade
-        """Plan the cascade wrapper when requests in a step share prefix pages."""
+        """Plan the cascade wrapper when requests in a step share prefix pages (global
+        layers only: sliding layers attend through their own window's wrappers)."""
         self.num_cascade_steps = 0
         self.kernels = _load_kernels(impl, kv, self.heads, workspace_bytes)
+        # NOTE: a wrapper is planned for one window_left, and its plan lives in its
+        # workspace: each sliding window gets wrappers and a workspace of its own
+        self.window_kernels = {w: _load_kernels(impl, kv, self.heads, workspace_bytes)
+                               for w in self.distinct_windows if w is not None}
         self.graph_buffers: dict[int, DecodeGraphBuffers] = {}
         self._graph: DecodeGraphBuffers | None = None
 
     @property
     def supports_decode_graphs(self) -> bool:  # type: ignore[override]
-        """True on FlashInfer's kernels. The reference twins also implement the fixed-buffer
-        decode path (run eagerly, a CPU check of it) but cannot be captured."""
-        return isinstance(self.kernels, _FlashInferKernels)
+        """True on FlashInfer's kernels for a model without sliding layers. The reference
+        twins also implement the fixed-buffer decode path (run eagerly, a CPU check of it) but
+        cannot be captured."""
+        return isinstance(self.kernels, _FlashInferKernels) and not self.window_kernels
 
     def enable_decode_graphs(self, batch_sizes: tuple[int, ...], max_pages_per_seq: int) -> None:
         device = self.kv.k.device
@@ -137,6 +143,8 @@ class FlashInferBackend(AttentionBackend):
             self._row_order = self._step.row_order
             self.num_cascade_steps += 1
         self.kernels.plan(self._step)
+        for w, kernels in self.window_kernels.items():
+            kernels.plan(flashinfer_plan_args(host, self.heads, window=w))
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor) -> torch.Tensor:
@@ -146,6 +154,9 @@ class FlashInferBackend(AttentionBackend):
             self.kernels.append(k, v, g.append_indices, cache, g.table)
             return self.kernels.run_graph(g, q, cache)
         self.kernels.append(k, v, self._append, cache, self._table)
+        window = self.window(layer)
+        if window is not None:
+            return self.window_kernels[window].run(q, cache)
         order = self._row_order
         if order is None:
             return self.kernels.run(q, cache)
@@ -159,9 +170,10 @@ class FlashInferCascadeBackend(FlashInferBackend):
     name = "flashinfer_cascade"
 
     def __init__(self, kv: KVCacheTensors, num_heads: int, head_dim: int, *,
-                 impl: Impl = "auto", workspace_bytes: int = WORKSPACE_BYTES) -> None:
+                 impl: Impl = "auto", workspace_bytes: int = WORKSPACE_BYTES, windows=(),
+                 scale=None) -> None:
         super().__init__(kv, num_heads, head_dim, impl=impl, cascade=True,
-                         workspace_bytes=workspace_bytes)
+                         workspace_bytes=workspace_bytes, windows=windows, scale=scale)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,8 @@ class HeadLayout:
     num_kv_heads: int
     head_dim: int
     dtype: torch.dtype
+    scale: float | None = None
+    """The softmax scale; None = ``head_dim ** -0.5``."""
 
     def __post_init__(self) -> None:
         if self.num_kv_heads <= 0 or self.num_qo_heads % self.num_kv_heads:
@@ -87,7 +89,7 @@ class HeadLayout:
 
     @property
     def sm_scale(self) -> float:
-        return self.head_dim**-0.5
+        return self.head_dim**-0.5 if self.scale is None else self.scale
 
     @property
     def group_size(self) -> int:
@@ -111,6 +113,8 @@ class PlanArgs:
     level: PagedLevel  # page table and query rows, on the cache's device
     heads: HeadLayout
     is_decode: bool  # every entry has exactly one query row
+    window_left: int = -1
+    """FlashInfer's ``window_left``: a query at p sees keys p - window_left .. p; -1 = all."""
 
     def prefill_call(self) -> PlanCall:
         """Arguments of ``BatchPrefillWithPagedKVCacheWrapper.plan``."""
@@ -118,6 +122,7 @@ class PlanArgs:
         args = (lv.qo_indptr, lv.kv_indptr, lv.kv_indices, lv.kv_last_page_len,
                 h.num_qo_heads, h.num_kv_heads, h.head_dim, lv.page_size)
         return PlanCall(args, dict(causal=lv.causal, sm_scale=h.sm_scale,
+                                   window_left=self.window_left,
                                    q_data_type=h.dtype, kv_data_type=h.dtype))
 
     def decode_call(self) -> PlanCall:
@@ -126,16 +131,20 @@ class PlanArgs:
         args = (lv.kv_indptr, lv.kv_indices, lv.kv_last_page_len,
                 h.num_qo_heads, h.num_kv_heads, h.head_dim, lv.page_size)
         return PlanCall(args, dict(pos_encoding_mode="NONE", sm_scale=h.sm_scale,
+                                   window_left=self.window_left,
                                    q_data_type=h.dtype, kv_data_type=h.dtype))
 
 
 def flashinfer_plan_args(meta: AttentionMetadata | PagedLevel, heads: HeadLayout,
-                         device: str | torch.device = "cpu") -> PlanArgs:
+                         device: str | torch.device = "cpu", window: int | None = None,
+                         ) -> PlanArgs:
     """The plan arguments of ``meta``'s step, with the index tensors moved to ``device`` (the
-    host, where FlashInfer's ``plan`` reads them, unless a test asks otherwise)."""
+    host, where FlashInfer's ``plan`` reads them, unless a test asks otherwise); ``window``: a
+    sliding window of W keys (``window_left = W - 1``)."""
     level = PagedLevel.from_metadata(meta) if isinstance(meta, AttentionMetadata) else meta
     q_lens = level.qo_indptr[1:] - level.qo_indptr[:-1]
-    return PlanArgs(level.to(device), heads, is_decode=bool((q_lens == 1).all()))
+    return PlanArgs(level.to(device), heads, is_decode=bool((q_lens == 1).all()),
+                    window_left=-1 if window is None else window - 1)
 
 
 def pinned(level: PagedLevel) -> PagedLevel:
@@ -196,21 +205,27 @@ def ref_batch_prefill(q: torch.Tensor, paged_kv_cache: tuple[torch.Tensor, torch
         pages = lv.kv_indices[kv_ptr[i] : kv_ptr[i + 1]].long()
         k = k_cache[pages].flatten(0, 1)[:n]  # (L, KVH, D)
         v = v_cache[pages].flatten(0, 1)[:n]
-        o, s = _attend(q[qo[i] : qo[i + 1]], k, v, plan.heads.sm_scale, causal)
+        o, s = _attend(q[qo[i] : qo[i + 1]], k, v, plan.heads.sm_scale, causal,
+                       plan.window_left)
         out[qo[i] : qo[i + 1]], lse[qo[i] : qo[i + 1]] = o, s
     return AttentionState(out, lse)
 
 
-def _attend(q, k, v, scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """q (Q, H, D) over k/v (L, KVH, D) in float64; returns float32 out (Q, H, D), lse (Q, H)."""
+def _attend(q, k, v, scale: float, causal: bool, window_left: int = -1,
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """q (Q, H, D) over k/v (L, KVH, D) in float64; returns float32 out (Q, H, D), lse (Q, H).
+    ``window_left`` >= 0: a query at p sees no key before p - window_left."""
     rep = q.shape[1] // k.shape[1]
     k, v = k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1)
     scores = torch.einsum("qhd,lhd->hql", q.double(), k) * scale  # (H, Q, L)
     if causal:
         n, nq = k.shape[0], q.shape[0]
         q_pos = torch.arange(n - nq, n, device=q.device)[:, None]
-        scores = scores.masked_fill(torch.arange(n, device=q.device)[None, :] > q_pos,
-                                    float("-inf"))
+        k_pos = torch.arange(n, device=q.device)[None, :]
+        hidden = k_pos > q_pos
+        if window_left >= 0:
+            hidden |= k_pos < q_pos - window_left
+        scores = scores.masked_fill(hidden, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # (H, Q)
     out = torch.einsum("hql,lhd->qhd", torch.exp(scores - lse[..., None]), v)
     return out.float(), lse.T.float()

@@ -18,7 +18,7 @@ from agentrt.engine.grammar import with_grammar_processor  # noqa: E402
 TEMPLATES = Path(__file__).parent / "templates"
 FAMILIES = {"llama3.1": "llama3", "mistral-v0.3": "mistral", "qwen3": "hermes",
             "ministral-3": "mistral_args", "mistral-v11": "mistral_args",
-            "qwen3-coder": "qwen_xml"}
+            "qwen3-coder": "qwen_xml", "gemma3": "hermes"}
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
           "required": ["city"]}
 TOOLS = [

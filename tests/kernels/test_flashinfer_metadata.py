@@ -85,8 +85,8 @@ def test_plan_calls_carry_the_metadata(make_batch):
                                           meta.kv_last_page_len), strict=True):
         assert torch.equal(got, want) and got.dtype == torch.int32
     assert call.args[4:] == (H, KVH, D, meta.page_size)
-    assert call.kwargs == dict(causal=True, sm_scale=D**-0.5, q_data_type=torch.float32,
-                               kv_data_type=torch.float32)
+    assert call.kwargs == dict(causal=True, sm_scale=D**-0.5, window_left=-1,
+                               q_data_type=torch.float32, kv_data_type=torch.float32)
     decode = flashinfer_plan_args(make_batch(random.Random(2), DECODE), HEADS).decode_call()
     assert len(decode.args) == 7 and decode.args[3:] == (H, KVH, D, 4)
 

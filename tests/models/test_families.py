@@ -4,8 +4,8 @@ Each case builds a small randomly initialised model with transformers, saves it 
 (with the default model's tokenizer) and checks agentrt's own forward pass against HF's
 logits — covering QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3), fused QKV and gate/up
 weights (Phi-3), untied heads and the RoPE scaling variants (Phi-3's longrope on its short
-factors, and on its long ones for a sequence past a small original context). A sliding window
-caps the context at the window.
+factors, and on its long ones for a sequence past a small original context). A config's
+sliding window is each layer's window (tests/models/test_window_models.py runs one).
 """
 
 from __future__ import annotations
@@ -117,16 +117,17 @@ def test_a_huge_claimed_context_builds_short_tables_until_the_engine_fits_it(tmp
         small.close()
 
 
-def test_a_sliding_window_caps_the_context_at_the_window(tmp_path, engine):
-    """transformers' Phi-3 attends within ``sliding_window`` tokens: the same outputs as whole
-    attention for sequences of up to that many tokens, others past it."""
+def test_a_sliding_window_is_each_layer_s_window_not_a_context_cap(tmp_path, engine):
+    """transformers' Phi-3 attends within ``sliding_window`` tokens on every layer: agentrt
+    too, at the config's whole context."""
     from agentrt.models.config import ModelConfig
 
     save("phi3", tmp_path, engine, sliding_window=96)
-    assert ModelConfig.from_folder(tmp_path).max_position_embeddings == 96
+    config = ModelConfig.from_folder(tmp_path)
+    assert config.layer_windows == (96, 96) and config.max_position_embeddings == 512
     small = Engine(str(tmp_path), dtype="float32", num_blocks=64)
     try:
-        assert small.max_model_len == 96
+        assert small.max_model_len == 512 and small.core.backend.windows == (96, 96)
     finally:
         small.close()
 
@@ -151,12 +152,12 @@ def test_partial_rotary_phi3_is_refused_clearly(tmp_path, engine):
 
 
 @pytest.mark.parametrize("arch, extra, want", [
-    ("MistralForCausalLM", {}, 32768),  # a class default (old GGUF conversions): no window
-    ("MistralForCausalLM", dict(sliding_window=4096), 4096),
-    ("Qwen2ForCausalLM", dict(sliding_window=4096, use_sliding_window=False), 32768),
+    ("MistralForCausalLM", {}, ()),  # a class default (old GGUF conversions): no window
+    ("MistralForCausalLM", dict(sliding_window=4096), (4096, 4096)),
+    ("Qwen2ForCausalLM", dict(sliding_window=4096, use_sliding_window=False), ()),
 ])
-def test_only_a_window_transformers_applies_and_config_json_sets_caps(tmp_path, arch, extra,
-                                                                      want):
+def test_only_a_window_transformers_applies_and_config_json_sets_counts(tmp_path, arch, extra,
+                                                                        want):
     import json
 
     from agentrt.models.config import ModelConfig
@@ -164,4 +165,4 @@ def test_only_a_window_transformers_applies_and_config_json_sets_caps(tmp_path, 
     config = {**SMALL, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, **extra,
               "architectures": [arch], "model_type": arch.removesuffix("ForCausalLM").lower()}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert ModelConfig.from_folder(tmp_path).max_position_embeddings == want
+    assert ModelConfig.from_folder(tmp_path).layer_windows == want

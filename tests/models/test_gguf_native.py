@@ -3,7 +3,7 @@
 Each family (Llama, Mistral, Qwen2, Qwen3, Phi-3) is written in each common block format by
 ``gguf_models`` (k-quants as random valid blocks), transformers is given the very values the
 file holds, and agentrt's greedy tokens and every step's logprob must match it. Also: a
-long-context Phi-3 file's longrope factors, a Phi-3 sliding window capping the context, mixed
+long-context Phi-3 file's longrope factors, a Phi-3 sliding window on every layer, mixed
 formats in one fused layer (a Q4_K_M file's Q6_K ``attn_v``), a clear refusal of formats the
 kernels do not run, resident memory about the file's size for a file over 100 MB, and the real
 default model, whose Q4_1 layers give the float32 engine's greedy outputs. With
@@ -100,7 +100,7 @@ def test_a_long_context_phi3_file_runs_on_its_long_rope_factors(tmp_path):
     assert model.config.rope_scaling["rope_type"] == "longrope"
 
 
-def test_a_phi3_file_s_sliding_window_caps_the_context_and_its_end_token_stops(tmp_path):
+def test_a_phi3_file_s_sliding_window_is_its_layers_window_and_its_end_token_stops(tmp_path):
     """``<|end|>`` (Phi-3's end of a chat turn) is found in the vocabulary, as llama.cpp does
     for files that name no ``eot_token_id``."""
     hf, arch, name = build("phi3", **KQUANT_SIZED, sliding_window=96)
@@ -108,7 +108,8 @@ def test_a_phi3_file_s_sliding_window_caps_the_context_and_its_end_token_stops(t
                       tokenizer=tiny_tokenizer)
     engine = Engine(str(path), num_blocks=64)
     try:
-        assert engine.max_model_len == 96
+        assert engine.core.backend.windows == (96,) * engine.core.model_config.num_layers
+        assert engine.max_model_len > 96
         assert {257, 511} <= engine.core.eos_token_ids
     finally:
         engine.close()
