@@ -35,8 +35,8 @@ class EngineConfig:
     run there), else "cpu". The host KV pool (``host_kv_cache_gb``) is pinned CPU memory on
     CUDA, and swaps to it run on a side CUDA stream."""
     dtype: DType = "auto"
-    """Weight and KV dtype; "auto" = float32 on CPU (see docs/engine.md: measured choice), bfloat16 on
-    a GPU that supports it, float16 on one that does not."""
+    """Weight and KV dtype; "auto" = float32 on CPU (see docs/engine.md: measured choice),
+    bfloat16 on a GPU that supports it, float16 on one that does not."""
     quantization: Quantization = "auto"
     """Weight format: "auto" = the model file's own ("gguf" for a GGUF file on the CPU in
     float32, the embedded default's Q4_1 layers included; "none" for a Hugging Face folder, or
