@@ -22,6 +22,7 @@ from langchain_core.load import dumpd
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
+from langchain_core.runnables.config import ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import AliasChoices, ConfigDict, Field
@@ -91,6 +92,11 @@ class ChatAgentRT(BaseChatModel):
     ``ValueError``."""
     top_logprobs: int | None = None
     """With ``logprobs``: also this many likeliest alternatives per token."""
+    sessions: Any = Field(default=None, exclude=True)
+    """An :class:`agentrt.SessionTable`: each LangGraph thread (``thread_id`` in
+    ``config["configurable"]``, e.g. of ``create_react_agent`` or a graph built by hand)
+    keeps its KV there between its calls, so a call prefills only what the thread added;
+    None (default): no thread sessions. A call's own ``session=`` takes precedence."""
     chat_template_kwargs: dict[str, Any] | None = None
     """Variables the model's chat template reads, as vLLM's and SGLang's
     ``chat_template_kwargs`` (Qwen3: ``{"enable_thinking": False}``); also per call."""
@@ -256,7 +262,12 @@ class ChatAgentRT(BaseChatModel):
 
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None,
                  kwargs: dict[str, Any]) -> ChatCall:
-        return prepare_call(self, self.get_backend(), messages, stop, kwargs)
+        backend = self.get_backend()
+        if self.sessions is not None and kwargs.get("session") is None:
+            thread_id = _thread_id()
+            if thread_id is not None:
+                kwargs = {**kwargs, "session": self.sessions.get(thread_id, backend)}
+        return prepare_call(self, backend, messages, stop, kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
@@ -308,6 +319,13 @@ class ChatAgentRT(BaseChatModel):
             for key, count in ((output or {}).get("token_usage") or {}).items():
                 usage[key] = usage.get(key, 0) + count
         return {"token_usage": usage, "model_name": self.resolved_model_name}
+
+
+def _thread_id() -> str | None:
+    """The LangGraph thread this call runs in (``config["configurable"]["thread_id"]``, as
+    LangGraph hands each node's config to the runnables it calls), if any."""
+    thread_id = ensure_config().get("configurable", {}).get("thread_id")
+    return None if thread_id is None else str(thread_id)
 
 
 def _result(message: AIMessage) -> ChatResult:

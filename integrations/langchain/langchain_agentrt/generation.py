@@ -16,6 +16,7 @@ from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepare_chat, run_deltas
+from agentrt.session import Session
 from langchain_agentrt.messages import to_openai_messages
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 # strict: constrained decoding is always strict; stream_usage: the last chunk always has usage
 _IGNORED = ("stream", "strict", "stream_usage")
 _KNOWN = frozenset(_SAMPLING + _BINDINGS + _IGNORED + ("timeout", "model", "logprobs",
-                                                        "top_logprobs",
+                                                        "top_logprobs", "session",
                                                         "max_completion_tokens"))
 
 
@@ -47,13 +48,25 @@ def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessag
     options["logprobs"] = _num_logprobs(
         model.logprobs if kwargs.get("logprobs") is None else kwargs["logprobs"],
         model.top_logprobs if kwargs.get("top_logprobs") is None else kwargs["top_logprobs"])
-    return prepare_chat(
+    call = prepare_chat(
         backend, to_openai_messages(messages),
         tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
         tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),
         constrained=model.constrained, stop=stops or (),
         timeout=model.timeout if kwargs.get("timeout") is None else kwargs["timeout"], **options)
+    call.session = _session(kwargs.get("session"))
+    return call
+
+
+def _session(session: Any) -> Session | None:
+    """The call's ``session=`` (an :class:`agentrt.Session`; None: none), checked; a session
+    serving another call (two parallel calls of one agent) leaves this one on its own."""
+    if session is None:
+        return None
+    if not isinstance(session, Session):
+        raise TypeError(f"session= takes an agentrt.Session, got {type(session).__name__}")
+    return None if session.busy else session
 
 
 class Progress(ChatProgress):
