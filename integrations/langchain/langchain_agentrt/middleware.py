@@ -13,6 +13,9 @@ The middleware also carries the repeat guard: the model's next call is skipped a
 ends with a clear message once the agent has made the identical tool call ``max_repeats``
 times in a row (:mod:`langchain_agentrt.repeats`). For limits on the number of calls, add
 LangChain's own ``ModelCallLimitMiddleware`` / ``ToolCallLimitMiddleware``.
+
+With ``ChatOpenAI`` on an ``agentrt serve`` instead, the run's requests carry its key as
+``session_id`` (in ``extra_body``) and the run's end closes the server's session.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class AgentRTMiddleware(AgentMiddleware):
             ttl_s=ttl_s, max_sessions=max_sessions)
         self.max_repeats = max_repeats
         self.tool_durations = dict(tool_durations or {})
+        self._remote: dict[str, tuple[str, str | None]] = {}
+        """Run key → (base URL, API key) of the ``agentrt serve`` holding its session."""
 
     # --- the run's session --------------------------------------------------------------------
     def before_agent(self, state: AgentRTState, runtime: Any) -> dict[str, Any] | None:
@@ -73,10 +78,14 @@ class AgentRTMiddleware(AgentMiddleware):
         return self.before_agent(state, runtime)
 
     def after_agent(self, state: AgentRTState, runtime: Any) -> dict[str, Any] | None:
-        """The run has ended: its session closes, its KV is freed."""
+        """The run has ended: its session closes, its KV is freed (on an ``agentrt serve``
+        it was opened on, by ``DELETE /v1/sessions/{id}``)."""
         key = state.get(_KEY)
         if key is not None:
             self.sessions.close(key)
+            remote = self._remote.pop(key, None)
+            if remote is not None:
+                _close_remote(*remote, key)
         return None
 
     async def aafter_agent(self, state: AgentRTState, runtime: Any) -> dict[str, Any] | None:
@@ -116,12 +125,25 @@ class AgentRTMiddleware(AgentMiddleware):
     # --- internals ------------------------------------------------------------------------------
     def _with_session(self, request: ModelRequest) -> tuple[str | None, ModelRequest]:
         key = request.state.get(_KEY)
-        if key is None or not isinstance(request.model, ChatAgentRT) \
-                or "session" in request.model_settings:
+        if key is not None and not isinstance(request.model, ChatAgentRT):
+            return None, self._with_session_id(key, request)
+        if key is None or "session" in request.model_settings:
             return None, request
         session = self.sessions.get(key, request.model.get_backend())
         return key, request.override(model_settings={**request.model_settings,
                                                      "session": session})
+
+    def _with_session_id(self, key: str, request: ModelRequest) -> ModelRequest:
+        """An OpenAI client's request (``ChatOpenAI`` → ``agentrt serve``) names the run's
+        session with ``session_id`` (:mod:`agentrt.server.chat_sessions`)."""
+        base_url = getattr(request.model, "openai_api_base", None)
+        if base_url is None or not hasattr(request.model, "extra_body"):
+            return request
+        secret = getattr(request.model, "openai_api_key", None)
+        self._remote[key] = (base_url, secret.get_secret_value() if secret else None)
+        extra = {**(request.model.extra_body or {}),
+                 **request.model_settings.get("extra_body", {}), "session_id": key}
+        return request.override(model_settings={**request.model_settings, "extra_body": extra})
 
     def _paused(self, key: str | None, response: Any) -> None:
         """The call is over; the run now waits for its tools: say for how long."""
@@ -132,3 +154,14 @@ class AgentRTMiddleware(AgentMiddleware):
         if calls:
             duration = max(self.tool_durations.get(name, 0.0) for name in calls)
             self.sessions.pause(key, calls[0], duration or None)
+
+
+def _close_remote(base_url: str, api_key: str | None, key: str) -> None:
+    """Close the run's session on the server (best effort: its TTL closes it otherwise)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        httpx.delete(f"{base_url.rstrip('/')}/sessions/{key}", headers=headers, timeout=5.0)
+    except httpx.HTTPError:
+        pass
