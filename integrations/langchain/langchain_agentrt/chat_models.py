@@ -12,6 +12,7 @@ streamed message adds up to the invoked one.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Literal
 
@@ -30,7 +31,13 @@ from pydantic import AliasChoices, ConfigDict, Field
 from agentrt import env
 from agentrt.backends import Backend, as_backend
 from agentrt.chat import ChatCall, normalize_tool_choice
-from langchain_agentrt.generation import Progress, arun_deltas, prepare_call, run_deltas
+from langchain_agentrt.generation import (
+    Progress,
+    arun_deltas,
+    check_kwargs,
+    prepare_call,
+    run_deltas,
+)
 from langchain_agentrt.structured import structured_output
 
 __all__ = ["ChatAgentRT"]
@@ -186,9 +193,10 @@ class ChatAgentRT(BaseChatModel):
 
     # --- copies --------------------------------------------------------------------------------
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ChatAgentRT:
-        """A deep copy that shares the engine or backend (a running resource, not a value)."""
+        """A deep copy that shares the engine or backend and the session table (running
+        resources, not values)."""
         memo = {} if memo is None else memo
-        for resource in (self.engine, self.backend):
+        for resource in (self.engine, self.backend, self.sessions):
             memo.setdefault(id(resource), resource)
         return super().__deepcopy__(memo)
 
@@ -236,12 +244,13 @@ class ChatAgentRT(BaseChatModel):
 
     def with_structured_output(
         self, schema: dict[str, Any] | type | None = None, *, include_raw: bool = False,
-        method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling",
+        method: Literal["function_calling", "json_schema", "json_mode"] = "json_schema",
         strict: bool | None = None, **kwargs: Any,
     ) -> Runnable[LanguageModelInput, dict | Any]:
-        """Answers parsed into ``schema``: through a forced tool call (``function_calling``)
-        or as grammar-constrained JSON (``json_schema``; ``json_mode``: any JSON object, and
-        ``schema`` may be None: a dict).
+        """Answers parsed into ``schema``: as grammar-constrained JSON (``json_schema``, the
+        default, as ``ChatOpenAI``'s), through a forced tool call (``function_calling``; a
+        small model answers worse: the 135M model named the country, not its capital), or
+        ``json_mode`` (any JSON object, and ``schema`` may be None: a dict).
         A call or JSON that did not parse is an ``OutputParserException`` (with
         ``include_raw=True``: in ``parsing_error``)."""
         if kwargs:
@@ -262,12 +271,20 @@ class ChatAgentRT(BaseChatModel):
 
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None,
                  kwargs: dict[str, Any]) -> ChatCall:
+        check_kwargs(self, kwargs)  # NOTE: before the engine loads (seconds), not after
         backend = self.get_backend()
         if self.sessions is not None and kwargs.get("session") is None:
             thread_id = _thread_id()
             if thread_id is not None:
                 kwargs = {**kwargs, "session": self.sessions.get(thread_id, backend)}
         return prepare_call(self, backend, messages, stop, kwargs)
+
+    async def _aprepare(self, messages: list[BaseMessage], stop: list[str] | None,
+                        kwargs: dict[str, Any]) -> ChatCall:
+        """:meth:`_prepare` off the event loop: a first call loads the engine (seconds), and
+        the caller's deadlines (``asyncio.wait_for``) must fire meanwhile."""
+        check_kwargs(self, kwargs)
+        return await asyncio.to_thread(self._prepare, messages, stop, kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
@@ -281,7 +298,7 @@ class ChatAgentRT(BaseChatModel):
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
-        call = self._prepare(messages, stop, kwargs)
+        call = await self._aprepare(messages, stop, kwargs)
         progress = Progress(call, self.resolved_model_name)
         async for delta in arun_deltas(call):
             progress.feed(delta)
@@ -302,7 +319,7 @@ class ChatAgentRT(BaseChatModel):
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        call = self._prepare(messages, stop, kwargs)
+        call = await self._aprepare(messages, stop, kwargs)
         progress = Progress(call, self.resolved_model_name)
         async for delta in arun_deltas(call):
             chunk = progress.chunk(delta)
