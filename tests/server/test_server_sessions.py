@@ -85,8 +85,13 @@ def test_sessions_expire_and_a_full_table_evicts_the_oldest(served, engine):
     assert engine.load().num_paused == paused
 
 
+NUM_AGENTS = 100
+"""The churn test's agents (one-token requests; 777 s on a machine at load 20-38, 2 cores)."""
+
+
+@pytest.mark.slow
 def test_a_hundred_agents_come_and_go_and_none_outlives_its_agent(served, engine):
-    """100 agents, 4 at a time (batched; the table holds 4): each makes a one-token request and
+    """NUM_AGENTS agents, 4 at a time (batched; the table holds 4): each makes a one-token request and
     finishes (DELETE); the table and the engine hold nothing of them after."""
     http, client, table, _ = served
     paused = engine.load().num_paused
@@ -98,5 +103,5 @@ def test_a_hundred_agents_come_and_go_and_none_outlives_its_agent(served, engine
         return http.delete(f"/v1/sessions/agent-{i}").json()["deleted"]
 
     with ThreadPoolExecutor(table.max_sessions) as pool:
-        assert all(pool.map(agent, range(100)))
+        assert all(pool.map(agent, range(NUM_AGENTS)))
     assert len(table) == 0 and engine.load().num_paused == paused
