@@ -91,8 +91,8 @@ NUM_AGENTS = 100
 
 @pytest.mark.slow
 def test_a_hundred_agents_come_and_go_and_none_outlives_its_agent(served, engine):
-    """NUM_AGENTS agents, 4 at a time (batched; the table holds 4): each makes a one-token request and
-    finishes (DELETE); the table and the engine hold nothing of them after."""
+    """NUM_AGENTS agents, 4 at a time (batched; the table holds 4): each makes a one-token
+    request and finishes (DELETE); the table and the engine hold nothing of them after."""
     http, client, table, _ = served
     paused = engine.load().num_paused
     hi = [{"role": "user", "content": "Go"}]
