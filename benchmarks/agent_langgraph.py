@@ -158,7 +158,7 @@ def main() -> None:
     p.add_argument("--agents", type=int, nargs="+", default=[1, 8])
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--tool-latency", type=float, default=0.2)
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--kv-gb", type=float, default=0.02)
     p.add_argument("--sides", nargs="+", default=list("abcde"))
     p.add_argument("--llama-server", default=None, metavar="PATH")
