@@ -13,6 +13,8 @@ from agentrt.core.request import Pause
 from agentrt.core.sampling_params import Grammar, SamplingParams
 from agentrt.engine import Engine, LLMEngine, RequestOutput, StreamDelta
 from agentrt.models import DEFAULT_MODEL, ModelNotFoundError, UnsupportedModelError
+from agentrt.session import Session, SessionStats
+from agentrt.session_table import SessionTable
 
 
 def __getattr__(name: str):
@@ -51,6 +53,9 @@ __all__ = [
     "RequestOptions",
     "RequestOutput",
     "SamplingParams",
+    "Session",
+    "SessionStats",
+    "SessionTable",
     "StreamDelta",
     "UnsupportedModelError",
     "__version__",

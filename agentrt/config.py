@@ -8,7 +8,7 @@ code, and a CPU config never asks torch about CUDA.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
 __all__ = ["EngineConfig"]
@@ -288,3 +288,22 @@ class EngineConfig:
                              f"choose from {sorted(POLICIES)}")
         if self.starvation_threshold <= 0 or self.score_refresh_interval <= 0:
             raise ValueError("starvation_threshold and score_refresh_interval must be positive")
+
+
+def _named_fields(init):  # noqa: ANN001, ANN202 - wraps the dataclass's own __init__
+    """``EngineConfig(kv_cache_gigs=1)`` names the field meant ("did you mean"), where the
+    dataclass said only "unexpected keyword argument"."""
+    names = tuple(f.name for f in fields(EngineConfig))
+
+    def __init__(self: EngineConfig, *args: object, **kwargs: object) -> None:
+        if not set(kwargs) <= set(names):
+            from agentrt.core.fields import check_known  # NOTE: none at module level (above)
+
+            check_known("EngineConfig", kwargs, names)
+        init(self, *args, **kwargs)
+
+    __init__.__doc__, __init__.__wrapped__ = init.__doc__, init
+    return __init__
+
+
+EngineConfig.__init__ = _named_fields(EngineConfig.__init__)  # type: ignore[method-assign]

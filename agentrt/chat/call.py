@@ -62,7 +62,8 @@ class ChatCall:
     timeout: float | None = None
     request_id: str = field(default_factory=lambda: f"chat-{uuid.uuid4().hex[:16]}")
     session: Session | None = None
-    """The agent-run session serving this call (None: a call of its own)."""
+    """The session serving this call: the one the caller passed (``session=``), else the
+    agent run's; None: a call of its own."""
     hook: Any = None
     """The run's hook for this call (partial tool execution), closed when it ends."""
     tool_format: ToolCallFormat = HERMES
@@ -201,14 +202,15 @@ def _close_hook(call: ChatCall) -> None:
 
 
 def _start(call: ChatCall) -> Call:
-    """The backend call of ``call``: its own, or its agent run's session's next one.
+    """The backend call of ``call``: its own, or its session's next one (the caller's
+    ``call.session``, else the agent run's).
 
     The run's hook (tools that start while a call is written) is made for the call's
     ``reasoning`` mode (what the model writes inside ``<think>`` starts no tool), its tool-call
     format and whether it may call tools at all; a factory may give no hook."""
     scope = current_scope()
     options = RequestOptions(request_id=call.request_id)
-    if scope is not None:
+    if scope is not None and call.session is None:
         call.session = scope.session_for(call.backend, call.prompt_ids)
         if scope.hook_factory is not None:
             call.hook = scope.hook_factory(call.markers or call.backend.tokenizer,

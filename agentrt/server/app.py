@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import JSONResponse, Response
 
 from agentrt import __version__
-from agentrt.server import chat, completions, native, worker
+from agentrt.server import chat, chat_sessions, completions, native, worker
 from agentrt.server.auth import APIKeyMiddleware
 from agentrt.server.errors import install_error_handlers
 from agentrt.server.limits import MAX_BODY_BYTES, BodyLimitMiddleware
@@ -32,6 +32,7 @@ from agentrt.server.state import ServerState, State
 if TYPE_CHECKING:
     from agentrt.backends.base import Backend
     from agentrt.engine.engine import Engine
+    from agentrt.session_table import SessionTable
 
 __all__ = ["create_app"]
 
@@ -41,7 +42,8 @@ router = APIRouter()
 
 def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
                backend_url: str | None = None, api_key: str | None = None,
-               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+               max_body_bytes: int = MAX_BODY_BYTES,
+               sessions: SessionTable | None = None) -> FastAPI:
     """An OpenAI-compatible app serving ``target``: an engine, or a backend.
 
     ``model_names``: the names clients pass as ``model`` and ``/v1/models`` lists (default:
@@ -49,10 +51,12 @@ def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
     remote backend talks to, whose load ``/metrics`` and ``/get_load`` report. ``api_key``:
     requests must carry ``Authorization: Bearer <api_key>`` (:mod:`.auth`; None = open).
     ``max_body_bytes``: a larger request body is a 413, unread (:mod:`.limits`).
+    ``sessions``: the table of the agents' sessions (``session_id`` on chat requests; its
+    ``ttl_s`` and ``max_sessions`` bound them; default 120 s and 64).
     """
     if api_key is not None and not api_key.strip():
         raise ValueError("api_key must be a non-empty string (or None: no key)")
-    state = ServerState.of(target, model_names, backend_url=backend_url)
+    state = ServerState.of(target, model_names, backend_url=backend_url, sessions=sessions)
     where = "agentrt's local engine" if state.engine is not None else \
         f"a {state.backend.name} backend"
     app = FastAPI(title="agentrt", version=__version__,
@@ -61,6 +65,7 @@ def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
     app.state.native = NativeState(state.backend)
     install_error_handlers(app, lambda request, status: _count(state, request.url.path, status))
     app.include_router(chat.router)
+    app.include_router(chat_sessions.router)
     app.include_router(completions.router)
     app.include_router(native.router)
     app.include_router(worker.router)

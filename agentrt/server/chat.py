@@ -38,6 +38,7 @@ from fastapi import APIRouter, Request
 
 from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepare_chat
 from agentrt.core.outputs import StreamDelta
+from agentrt.server.chat_sessions import SessionChatRequest, attach_session, end_session
 from agentrt.server.choices import Choices, check_choices, nth_seed, stream_choices
 from agentrt.server.errors import APIError, check_context
 from agentrt.server.protocol import (
@@ -45,7 +46,6 @@ from agentrt.server.protocol import (
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChoiceLogprobs,
     ChunkChoice,
     DeltaMessage,
@@ -65,16 +65,19 @@ router = APIRouter()
 
 
 @router.post(ENDPOINT, response_model=None)
-async def create_chat_completion(body: ChatCompletionRequest, request: Request,
+async def create_chat_completion(body: SessionChatRequest, request: Request,
                                  state: State) -> Any:
-    """Answer a conversation, whole or streamed (``stream: true``)."""
+    """Answer a conversation, whole or streamed (``stream: true``); with ``session_id``, as
+    the next request of that agent's session (:mod:`agentrt.server.chat_sessions`)."""
     started = time.monotonic()
     model = state.resolve_model(body.model)
     check_choices(state, body.n)
     call = await _prepare(state, body)
+    attach_session(state, body, call)
     created = int(time.time())
     runs = [ChatRun(_nth(call, i, body.n), model, state, started, index=i,
-                    response_id=call.request_id, created=created) for i in range(body.n)]
+                    response_id=call.request_id, created=created,
+                    session_id=body.session_id) for i in range(body.n)]
     choices = Choices(state, runs, call.prompt_ids, call.request_id)
     counted = partial(state.metrics.count, ENDPOINT)
     if body.stream:
@@ -107,7 +110,7 @@ def _usage(choices: Choices) -> Usage:
                     choices.num_cached_tokens)
 
 
-async def _prepare(state: ServerState, body: ChatCompletionRequest) -> ChatCall:
+async def _prepare(state: ServerState, body: SessionChatRequest) -> ChatCall:
     """Render, tokenize and compile the grammar in a worker thread (milliseconds; a grammar
     up to seconds); a 400 for input the chat layer rejects or a ``max_tokens`` the context
     cannot hold."""
@@ -145,9 +148,11 @@ class ChatRun(Run):
 
     def __init__(self, call: ChatCall, model: str, state: ServerState, started: float, *,
                  index: int = 0, response_id: str | None = None,
-                 created: int | None = None) -> None:
+                 created: int | None = None, session_id: str | None = None) -> None:
         super().__init__(state, started)
         self.call = call
+        self.session_id = session_id
+        """The agent session this request continues (``session_id``), if any."""
         self.model = model
         self.index = index
         """Which choice of the answer this is (OpenAI's ``n``)."""
@@ -168,6 +173,9 @@ class ChatRun(Run):
 
     def source(self) -> AsyncIterator[StreamDelta]:
         return arun_deltas(self.call)
+
+    def on_end(self) -> None:
+        end_session(self.state, self.session_id, self.call)
 
     def add(self, delta: StreamDelta) -> None:
         self._num_cached_tokens = delta.num_cached_tokens  # NOTE: every delta carries it

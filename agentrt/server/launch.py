@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrt import env
 from agentrt.server.limits import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from agentrt.session_table import SessionTable
 
 __all__ = ["serve"]
 
@@ -17,7 +20,7 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
           model_names: Sequence[str] = (), log_level: str = "info", backend: str = "local",
           backend_url: str | None = None, api_key: str | None = None,
           backend_api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-          **engine_options: Any) -> None:
+          sessions: SessionTable | None = None, **engine_options: Any) -> None:
     """Serve ``model`` (None = the embedded default) on ``http://host:port/v1``.
 
     ``backend="local"``: ``engine_options`` are :class:`agentrt.EngineConfig` fields
@@ -30,7 +33,8 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
     send ``Authorization: Bearer <api_key>`` (None = any request is served);
     ``backend_api_key``: the key a fronted SGLang server was started with (its ``--api-key``),
     sent on every call to it. ``max_body_bytes``: a larger request body is a 413, unread
-    (default 32 MiB, :mod:`agentrt.server.limits`). ``port=0`` takes a free
+    (default 32 MiB, :mod:`agentrt.server.limits`). ``sessions``: the table of the agents'
+    sessions (``session_id``; :mod:`agentrt.server.chat_sessions`). ``port=0`` takes a free
     port, which the banner names. Blocks; the engine (or the backend's connections) is
     closed on exit.
     """
@@ -41,7 +45,7 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
     target = _target(model, backend, backend_url, engine_options, backend_api_key)
     try:
         app = create_app(target, model_names=model_names, backend_url=backend_url,
-                         api_key=api_key, max_body_bytes=max_body_bytes)
+                         api_key=api_key, max_body_bytes=max_body_bytes, sessions=sessions)
         state = app.state.agentrt
         names = ", ".join(state.model_names)
         where = f"max batch {state.engine.config.max_num_seqs}" if state.engine is not None \

@@ -23,6 +23,7 @@ from agentrt import env
 from agentrt.models import DEFAULT_MODEL
 from agentrt.server.errors import APIError
 from agentrt.server.metrics import ServerMetrics
+from agentrt.session_table import SessionTable
 
 if TYPE_CHECKING:
     from agentrt.backends.base import Backend
@@ -75,6 +76,10 @@ class ServerState:
     """The remote server's URL (``--backend-url``), whose ``/get_load`` the metrics read."""
     backend_headers: dict[str, str] = field(default_factory=dict)
     """Headers for this server's own calls to ``backend_url`` (the backend's API key)."""
+    sessions: SessionTable = field(default_factory=lambda: SessionTable(ttl_s=120,
+                                                                        max_sessions=64))
+    """The agents' sessions of chat requests with a ``session_id``
+    (:mod:`agentrt.server.chat_sessions`)."""
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -84,7 +89,8 @@ class ServerState:
 
     @classmethod
     def of(cls, target: Engine | Backend, model_names: Sequence[str] = (), *,
-           backend_url: str | None = None) -> ServerState:
+           backend_url: str | None = None,
+           sessions: SessionTable | None = None) -> ServerState:
         """The state of a server for ``target``: an engine (served through its local
         backend) or a backend."""
         from agentrt.backends import Backend, as_backend
@@ -94,8 +100,11 @@ class ServerState:
         backend = as_backend(target)
         model = engine.config.model if engine is not None else backend.model_info.name
         headers = backend.headers if isinstance(backend, SGLangBackend) else {}
-        return cls(backend, list(model_names) or default_model_names(model or None),
-                   engine=engine, backend_url=backend_url, backend_headers=headers)
+        state = cls(backend, list(model_names) or default_model_names(model or None),
+                    engine=engine, backend_url=backend_url, backend_headers=headers)
+        if sessions is not None:
+            state.sessions = sessions
+        return state
 
     @property
     def model_name(self) -> str:

@@ -12,6 +12,7 @@ streamed message adds up to the invoked one.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from langchain_core.load import dumpd
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
+from langchain_core.runnables.config import ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import AliasChoices, ConfigDict, Field
@@ -29,7 +31,13 @@ from pydantic import AliasChoices, ConfigDict, Field
 from agentrt import env
 from agentrt.backends import Backend, as_backend
 from agentrt.chat import ChatCall, normalize_tool_choice
-from langchain_agentrt.generation import Progress, arun_deltas, prepare_call, run_deltas
+from langchain_agentrt.generation import (
+    Progress,
+    arun_deltas,
+    check_kwargs,
+    prepare_call,
+    run_deltas,
+)
 from langchain_agentrt.structured import structured_output
 
 __all__ = ["ChatAgentRT"]
@@ -91,6 +99,11 @@ class ChatAgentRT(BaseChatModel):
     ``ValueError``."""
     top_logprobs: int | None = None
     """With ``logprobs``: also this many likeliest alternatives per token."""
+    sessions: Any = Field(default=None, exclude=True)
+    """An :class:`agentrt.SessionTable`: each LangGraph thread (``thread_id`` in
+    ``config["configurable"]``, e.g. of ``create_react_agent`` or a graph built by hand)
+    keeps its KV there between its calls, so a call prefills only what the thread added;
+    None (default): no thread sessions. A call's own ``session=`` takes precedence."""
     chat_template_kwargs: dict[str, Any] | None = None
     """Variables the model's chat template reads, as vLLM's and SGLang's
     ``chat_template_kwargs`` (Qwen3: ``{"enable_thinking": False}``); also per call."""
@@ -180,9 +193,10 @@ class ChatAgentRT(BaseChatModel):
 
     # --- copies --------------------------------------------------------------------------------
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ChatAgentRT:
-        """A deep copy that shares the engine or backend (a running resource, not a value)."""
+        """A deep copy that shares the engine or backend and the session table (running
+        resources, not values)."""
         memo = {} if memo is None else memo
-        for resource in (self.engine, self.backend):
+        for resource in (self.engine, self.backend, self.sessions):
             memo.setdefault(id(resource), resource)
         return super().__deepcopy__(memo)
 
@@ -230,12 +244,13 @@ class ChatAgentRT(BaseChatModel):
 
     def with_structured_output(
         self, schema: dict[str, Any] | type | None = None, *, include_raw: bool = False,
-        method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling",
+        method: Literal["function_calling", "json_schema", "json_mode"] = "json_schema",
         strict: bool | None = None, **kwargs: Any,
     ) -> Runnable[LanguageModelInput, dict | Any]:
-        """Answers parsed into ``schema``: through a forced tool call (``function_calling``)
-        or as grammar-constrained JSON (``json_schema``; ``json_mode``: any JSON object, and
-        ``schema`` may be None: a dict).
+        """Answers parsed into ``schema``: as grammar-constrained JSON (``json_schema``, the
+        default, as ``ChatOpenAI``'s), through a forced tool call (``function_calling``; a
+        small model answers worse: the 135M model named the country, not its capital), or
+        ``json_mode`` (any JSON object, and ``schema`` may be None: a dict).
         A call or JSON that did not parse is an ``OutputParserException`` (with
         ``include_raw=True``: in ``parsing_error``)."""
         if kwargs:
@@ -256,7 +271,20 @@ class ChatAgentRT(BaseChatModel):
 
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None,
                  kwargs: dict[str, Any]) -> ChatCall:
-        return prepare_call(self, self.get_backend(), messages, stop, kwargs)
+        check_kwargs(self, kwargs)  # NOTE: before the engine loads (seconds), not after
+        backend = self.get_backend()
+        if self.sessions is not None and kwargs.get("session") is None:
+            thread_id = _thread_id()
+            if thread_id is not None:
+                kwargs = {**kwargs, "session": self.sessions.get(thread_id, backend)}
+        return prepare_call(self, backend, messages, stop, kwargs)
+
+    async def _aprepare(self, messages: list[BaseMessage], stop: list[str] | None,
+                        kwargs: dict[str, Any]) -> ChatCall:
+        """:meth:`_prepare` off the event loop: a first call loads the engine (seconds), and
+        the caller's deadlines (``asyncio.wait_for``) must fire meanwhile."""
+        check_kwargs(self, kwargs)
+        return await asyncio.to_thread(self._prepare, messages, stop, kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
@@ -270,7 +298,7 @@ class ChatAgentRT(BaseChatModel):
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
-        call = self._prepare(messages, stop, kwargs)
+        call = await self._aprepare(messages, stop, kwargs)
         progress = Progress(call, self.resolved_model_name)
         async for delta in arun_deltas(call):
             progress.feed(delta)
@@ -291,7 +319,7 @@ class ChatAgentRT(BaseChatModel):
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        call = self._prepare(messages, stop, kwargs)
+        call = await self._aprepare(messages, stop, kwargs)
         progress = Progress(call, self.resolved_model_name)
         async for delta in arun_deltas(call):
             chunk = progress.chunk(delta)
@@ -308,6 +336,13 @@ class ChatAgentRT(BaseChatModel):
             for key, count in ((output or {}).get("token_usage") or {}).items():
                 usage[key] = usage.get(key, 0) + count
         return {"token_usage": usage, "model_name": self.resolved_model_name}
+
+
+def _thread_id() -> str | None:
+    """The LangGraph thread this call runs in (``config["configurable"]["thread_id"]``, as
+    LangGraph hands each node's config to the runnables it calls), if any."""
+    thread_id = ensure_config().get("configurable", {}).get("thread_id")
+    return None if thread_id is None else str(thread_id)
 
 
 def _result(message: AIMessage) -> ChatResult:

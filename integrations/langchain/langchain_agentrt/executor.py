@@ -40,13 +40,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
-from langchain_core.agents import AgentAction, AgentStep
+from langchain_core.agents import AgentAction, AgentFinish, AgentStep
 from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
 from agentrt.session import SessionScope, SessionStats, agent_run, current_scope
 from langchain_agentrt.partial import partial_execution_for
 from langchain_agentrt.react import is_react_agent, react_grammar
+from langchain_agentrt.repeats import DEFAULT_MAX_REPEATS, repeat_message, repeated_call
 
 try:
     from langchain_classic.agents import AgentExecutor, AgentExecutorIterator
@@ -70,6 +71,10 @@ class Executor(AgentExecutor):
 
     tool_timeout: float | None = None
     """Seconds a tool may run before its step gets a timeout observation (None = no limit)."""
+
+    max_repeats: int | None = DEFAULT_MAX_REPEATS
+    """Identical tool calls (tool and input) in a row after which the run ends with a message
+    saying so, instead of a model call that would repeat it again; None: no such guard."""
 
     name: str | None = "AgentExecutor"
     """The run's name in callbacks, traces and ``astream_events``: ``AgentExecutor``'s, so that
@@ -115,6 +120,37 @@ class Executor(AgentExecutor):
                                                    "react" if react else "json_toolcall")
         self._last_scope = scope
         return scope
+
+    # --- the repeat guard: a run stuck on one call ends ------------------------------------------
+    def _iter_next_step(self, name_to_tool_map, color_mapping, inputs, intermediate_steps,
+                        run_manager: Any = None) -> Iterator[Any]:
+        finish = self._repeat_finish(intermediate_steps)
+        if finish is not None:
+            yield finish
+            return
+        yield from super()._iter_next_step(name_to_tool_map, color_mapping, inputs,
+                                           intermediate_steps, run_manager)
+
+    async def _aiter_next_step(self, name_to_tool_map, color_mapping, inputs,
+                               intermediate_steps, run_manager: Any = None
+                               ) -> AsyncIterator[Any]:
+        finish = self._repeat_finish(intermediate_steps)
+        if finish is not None:
+            yield finish
+            return
+        async for step in super()._aiter_next_step(name_to_tool_map, color_mapping, inputs,
+                                                   intermediate_steps, run_manager):
+            yield step
+
+    def _repeat_finish(self, intermediate_steps: list[tuple[AgentAction, Any]]
+                       ) -> AgentFinish | None:
+        """The run's end when its last ``max_repeats`` steps made one identical call."""
+        call = repeated_call([[(a.tool, a.tool_input)] for a, _ in intermediate_steps],
+                             self.max_repeats)
+        if call is None or self.max_repeats is None:
+            return None
+        message = repeat_message(call, self.max_repeats)
+        return AgentFinish(return_values={"output": message}, log=message)
 
     # --- tools: tell the engine what the paused request waits for --------------------------------
     def _perform_agent_action(self, name_to_tool_map, color_mapping, agent_action: AgentAction,

@@ -16,6 +16,8 @@ from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from agentrt.chat import ChatCall, ChatProgress, StreamPiece, arun_deltas, prepare_chat, run_deltas
+from agentrt.core.fields import did_you_mean
+from agentrt.session import Session
 from langchain_agentrt.messages import to_openai_messages
 
 if TYPE_CHECKING:
@@ -23,21 +25,21 @@ if TYPE_CHECKING:
     from agentrt.backends import Backend
     from langchain_agentrt.chat_models import ChatAgentRT
 
-__all__ = ["Progress", "arun_deltas", "prepare_call", "run_deltas"]
+__all__ = ["Progress", "arun_deltas", "check_kwargs", "prepare_call", "run_deltas"]
 
 _SAMPLING = ("temperature", "max_tokens", "top_p", "top_k", "seed", "chat_template_kwargs")
 _BINDINGS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 # strict: constrained decoding is always strict; stream_usage: the last chunk always has usage
 _IGNORED = ("stream", "strict", "stream_usage")
 _KNOWN = frozenset(_SAMPLING + _BINDINGS + _IGNORED + ("timeout", "model", "logprobs",
-                                                        "top_logprobs",
+                                                        "top_logprobs", "session",
                                                         "max_completion_tokens"))
 
 
 def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessage],
                  stop: list[str] | None, kwargs: dict[str, Any]) -> ChatCall:
     """Render, tokenize and parameterize one call (``kwargs``: per-call options, bindings)."""
-    _check_kwargs(model, kwargs)
+    check_kwargs(model, kwargs)
     kwargs = _max_tokens_alias(kwargs)
     # NOTE: an option given as None is not given (the model's own value), as in OpenAI's API
     options = {k: getattr(model, k) if kwargs.get(k) is None else kwargs[k] for k in _SAMPLING}
@@ -47,13 +49,25 @@ def prepare_call(model: ChatAgentRT, backend: Backend, messages: list[BaseMessag
     options["logprobs"] = _num_logprobs(
         model.logprobs if kwargs.get("logprobs") is None else kwargs["logprobs"],
         model.top_logprobs if kwargs.get("top_logprobs") is None else kwargs["top_logprobs"])
-    return prepare_chat(
+    call = prepare_chat(
         backend, to_openai_messages(messages),
         tools=[convert_to_openai_tool(t) for t in kwargs.get("tools") or ()],
         tool_choice=kwargs.get("tool_choice"), response_format=kwargs.get("response_format"),
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls")),
         constrained=model.constrained, stop=stops or (),
         timeout=model.timeout if kwargs.get("timeout") is None else kwargs["timeout"], **options)
+    call.session = _session(kwargs.get("session"))
+    return call
+
+
+def _session(session: Any) -> Session | None:
+    """The call's ``session=`` (an :class:`agentrt.Session`; None: none), checked; a session
+    serving another call (two parallel calls of one agent) leaves this one on its own."""
+    if session is None:
+        return None
+    if not isinstance(session, Session):
+        raise TypeError(f"session= takes an agentrt.Session, got {type(session).__name__}")
+    return None if session.busy else session
 
 
 class Progress(ChatProgress):
@@ -149,10 +163,13 @@ def _reasoning(text: str) -> dict[str, Any]:
     return {"reasoning_content": text} if text else {}
 
 
-def _check_kwargs(model: ChatAgentRT, kwargs: dict[str, Any]) -> None:
+def check_kwargs(model: ChatAgentRT, kwargs: dict[str, Any]) -> None:
+    """A ``ValueError`` for a per-call option ChatAgentRT does not take (with the closest
+    one it does) or another model's name; needs no engine (it runs before the load)."""
     unknown = sorted(set(kwargs) - _KNOWN)
     if unknown:
-        raise ValueError(f"ChatAgentRT got unsupported arguments {unknown}; it takes "
+        hints = ", ".join(f"{name!r}{did_you_mean(name, _KNOWN)}" for name in unknown)
+        raise ValueError(f"ChatAgentRT got unsupported arguments {hints}; it takes "
                          f"{sorted(_KNOWN)}")
     requested = kwargs.get("model")
     if requested is not None and requested != model.resolved_model_name:
