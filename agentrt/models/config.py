@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.models.moe import MoEConfig
+
 __all__ = ["SUPPORTED_ARCHITECTURES", "ModelConfig", "UnsupportedModelError"]
 
 # architecture name in config.json -> (qkv bias, per-head q/k RMSNorm)
@@ -26,6 +28,8 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[bool, bool]] = {
     "Qwen2ForCausalLM": (True, False),
     "Qwen3ForCausalLM": (False, True),
     "Phi3ForCausalLM": (False, False),  # Q/K/V and gate/up stored fused: qkv_proj, gate_up_proj
+    "Qwen2MoeForCausalLM": (True, False),  # mixture of experts: agentrt.models.moe
+    "Qwen3MoeForCausalLM": (False, True),
 }
 
 
@@ -54,6 +58,8 @@ class ModelConfig:
     qkv_bias: bool
     qk_norm: bool
     eos_token_ids: tuple[int, ...]
+    moe: MoEConfig | None = None
+    """The experts of a mixture-of-experts model (:mod:`agentrt.models.moe`); None: dense."""
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -101,6 +107,7 @@ class ModelConfig:
             qkv_bias=bool(getattr(hf, "attention_bias", qkv_bias)) or qkv_bias,
             qk_norm=qk_norm,
             eos_token_ids=_eos_ids(hf, folder),
+            moe=MoEConfig.from_hf(hf, hf.num_hidden_layers),
         )
 
 
