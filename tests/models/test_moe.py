@@ -30,7 +30,7 @@ def qtype(name: str):
 
 def generate(path, ids, activations: str = "float32", **config):
     engine = Engine(str(path), num_blocks=64, max_num_batched_tokens=64,
-                    gguf_activations=activations, **config)
+                    gguf_activations=activations, profile_on_start=False, **config)
     try:
         out = engine.generate(ids, SamplingParams(max_tokens=STEPS, ignore_eos=True,
                                                   logprobs=0))
@@ -73,6 +73,16 @@ def test_a_gguf_runs_in_its_own_blocks_and_matches_transformers(case, fmt, tmp_p
     check(out, hf, IDS_SMALL)
 
 
+def test_a_gguf_converted_to_float_matches_transformers(tmp_path):
+    """quantization="none": the stacked experts dequantized into safetensors, sliced per
+    expert."""
+    hf = build_moe("qwen2moe", **KQUANT_MOE)
+    path = write_moe_gguf(hf, tmp_path / "qwen2moe.gguf", "qwen2moe")
+    out, engine = generate(path, IDS_SMALL, quantization="none", dtype="float32")
+    assert engine.config.resolved_quantization == "none"
+    check(out, hf, IDS_SMALL)
+
+
 @pytest.fixture(scope="module")
 def q8_moe(tmp_path_factory):
     """A Qwen3-MoE Q8_0 file, and transformers on its values. Its routers are decisive (weights
@@ -106,7 +116,7 @@ def test_the_integer_activation_path_runs_the_experts(q8_moe, monkeypatch):
 def test_a_batch_decodes_as_each_sequence_alone(q8_moe):
     path, _ = q8_moe
     prompts = [IDS_SMALL[:40], IDS_SMALL[10:60], IDS_SMALL[5:25]]
-    engine = Engine(str(path), num_blocks=64, max_num_batched_tokens=64)
+    engine = Engine(str(path), num_blocks=64, max_num_batched_tokens=64, profile_on_start=False)
     try:
         params = SamplingParams(max_tokens=STEPS, ignore_eos=True)
         together = engine.generate(prompts, params)
