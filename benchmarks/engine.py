@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from _weights import step_weight_bytes
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _TEXT_MODULES = ("argparse", "json", "heapq", "doctest", "typing", "difflib", "collections")
@@ -191,20 +192,6 @@ class LlamaCppRunner:
 
     def close(self) -> None:
         self.llm.close()
-
-
-def step_weight_bytes(model) -> int:
-    """Bytes of weights one decode step reads: every linear layer and the output head."""
-    def nbytes(linear) -> int:
-        if hasattr(linear, "parts"):  # ConcatLinear: parts in different formats
-            return sum(map(nbytes, linear.parts))
-        if hasattr(linear, "nbytes"):
-            return linear.nbytes
-        return linear.weight.numel() * linear.weight.element_size()
-
-    layers = [x for layer in model.layers for x in (layer.qkv, layer.o_proj, layer.gate_up,
-                                                    layer.down)]
-    return sum(map(nbytes, layers)) + nbytes(model.lm_head)
 
 
 # --- measurement ---------------------------------------------------------------------------
@@ -395,8 +382,10 @@ def print_floor(results: list[Result], model_path: Path, dtype: str) -> None:
         print(f"  {dtype} checkpoint: {weight_bytes(model_path, dtype) / 1e6:,.0f} MB of weights")
     for r in results:
         if r.step_bytes:
+            ceiling = bw * 1e9 / r.step_bytes  # a MoE's active parameters (_weights.py)
+            reached = f", {r.decode1_tps / ceiling:.0%} of it" if r.decode1_tps else ""
             print(f"  {r.name}: {r.step_bytes / 1e6:,.0f} MB read per token -> at most "
-                  f"{bw * 1e9 / r.step_bytes:.1f} tok/s (measured {fmt(r.decode1_tps)})")
+                  f"{ceiling:.1f} tok/s (measured {fmt(r.decode1_tps)}{reached})")
 
 
 # --- main ----------------------------------------------------------------------------------

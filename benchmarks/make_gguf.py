@@ -16,6 +16,8 @@ llama.cpp's own quantizer (llama-cpp-python's ``llama_model_quantize`` with
   parameters. Weights are normal with std 0.02 (seed 0), norms ones: activations stay finite
   and greedy decoding is deterministic (the text is meaningless). Written as F16, then
   quantized to Q4_K_M, Q4_1 and Q8_0.
+- ``random-qwen3moe-1.4b-a0.3b`` (``--models moe``, not made by default): a random-weight
+  mixture of experts (``_random_moe.py``: 32 experts, 6 per token), F16, then Q4_K_M and Q8_0.
 
 Files are ``OUT/<model>-<format>.gguf`` (``-f32`` / ``-f16`` for the float source); a file
 that exists is kept unless ``--force``. ``--check`` then loads every file in agentrt and in
@@ -39,12 +41,17 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
-MODELS = ("smollm2", "random")
-FORMATS = {"smollm2": ("Q4_K_M", "Q8_0", "Q4_1"), "random": ("Q4_K_M", "Q4_1", "Q8_0")}
+if TYPE_CHECKING:
+    from _random_moe import RandomMoE
+
+MODELS = ("smollm2", "random", "moe")
+FORMATS = {"smollm2": ("Q4_K_M", "Q8_0", "Q4_1"), "random": ("Q4_K_M", "Q4_1", "Q8_0"),
+           "moe": ("Q4_K_M", "Q8_0")}
 SMOLLM2_NAME = "smollm2-135m-instruct"
 CHECK_PROMPT = "What is the capital of France?"
 _GGML_LOG_ERROR = 4  # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT
@@ -139,24 +146,31 @@ def write_f32(source: Path, path: Path) -> None:
     write_streamed(writer, path, tensors, data, path.name.removesuffix(".part"))
 
 
-def write_random_f16(spec: RandomLlama, tokenizer_source: Path, path: Path) -> None:
-    """The random llama model as an F16 GGUF (1-D norms F32, as llama.cpp's converter)."""
+def write_random_f16(spec: RandomLlama | RandomMoE, tokenizer_source: Path, path: Path
+                     ) -> None:
+    """The random model as an F16 GGUF (norms F32, and a MoE's routers, as llama.cpp's
+    converter)."""
     import gguf
 
     reader = gguf.GGUFReader(str(tokenizer_source))
     vocab_size = len(reader.fields["tokenizer.ggml.tokens"].data)
-    writer = gguf.GGUFWriter(None, "llama")
-    write_random_header(writer, spec, vocab_size)
+    arch = getattr(spec, "arch", "llama")
+    writer = gguf.GGUFWriter(None, arch)
+    if arch == "llama":
+        write_random_header(writer, spec, vocab_size)
+    else:
+        spec.write_header(writer, vocab_size)
     copy_fields(writer, reader, ("tokenizer.",))
     shapes = spec.shapes(vocab_size)
-    tensors = {n: (s, np.dtype(np.float16 if len(s) == 2 else np.float32))
+    f32 = getattr(spec, "is_float32", lambda name, shape: len(shape) == 1)
+    tensors = {n: (s, np.dtype(np.float32 if f32(n, s) else np.float16))
                for n, s in shapes.items()}
     rng = np.random.default_rng(spec.seed)
 
     def data() -> Iterator[np.ndarray]:
         for shape, dtype in tensors.values():
             if len(shape) == 1:
-                yield np.ones(shape, dtype=dtype)
+                yield np.ones(shape, dtype=dtype)  # norms
             else:
                 w = rng.standard_normal(shape, dtype=np.float32)
                 w *= spec.std
@@ -245,7 +259,9 @@ def make_model(model: str, out: Path, formats: tuple[str, ...], args: argparse.N
         source = produce(out / f"{name}-f32.gguf", args.force,
                          lambda p: write_f32(embedded, p))
     else:
-        spec = args.random_spec
+        from _random_moe import RandomMoE
+
+        spec = RandomMoE() if model == "moe" else args.random_spec
         name = spec.name
         source = produce(out / f"{name}-f16.gguf", args.force,
                          lambda p: write_random_f16(spec, embedded, p))
@@ -306,8 +322,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=env.cache_dir() / "bench-gguf",
                    help="output folder (default: %(default)s)")
-    p.add_argument("--models", default=",".join(MODELS),
-                   help="comma-separated: smollm2, random (default: %(default)s)")
+    p.add_argument("--models", default="smollm2,random",
+                   help="comma-separated: smollm2, random, moe (default: %(default)s)")
     p.add_argument("--formats", default=None,
                    help="comma-separated llama.cpp file types (Q4_K_M, Q8_0, Q4_1, Q5_K_M, "
                         "Q6_K, ...); default: Q4_K_M,Q8_0,Q4_1")

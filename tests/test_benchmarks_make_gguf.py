@@ -89,3 +89,31 @@ def test_quantize_then_f32_copy(make_gguf, random_f16, tmp_path):
     assert copy.fields["general.file_type"].contents() == int(gguf.LlamaFileType.ALL_F32)
     for key in ("tokenizer.ggml.tokens", "llama.block_count", "llama.rope.freq_base"):
         assert copy.fields[key].contents() == reader.fields[key].contents()
+
+
+def test_random_moe_file_is_read_by_llamacpp_and_agentrt(make_gguf, tokenizer_source, tmp_path):
+    """The random qwen3moe file: llama.cpp quantizes it (its routers stay F32), agentrt reads
+    the experts' metadata and stacked shapes."""
+    pytest.importorskip("llama_cpp")
+    from agentrt.models.gguf_file import GGUFFile
+
+    spec = importlib.util.spec_from_file_location("_random_moe", BENCHMARKS / "_random_moe.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_random_moe"] = module
+    try:
+        spec.loader.exec_module(module)
+        moe = module.RandomMoE(hidden_size=256, num_layers=1, num_heads=4, num_kv_heads=2,
+                               head_dim=64, num_experts=4, num_experts_per_tok=2,
+                               moe_intermediate_size=256)
+    finally:
+        sys.modules.pop("_random_moe", None)
+    f16, q8 = tmp_path / "moe-f16.gguf", tmp_path / "moe-q8_0.gguf"
+    make_gguf.write_random_f16(moe, tokenizer_source, f16)
+    make_gguf.quantize(f16, q8, "Q8_0", threads=1, verbose=False)
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(q8)).tensors}
+    assert types["blk.0.ffn_gate_inp.weight"] == "F32" and types["blk.0.ffn_up_exps.weight"] \
+        == "Q8_0"
+    file = GGUFFile(q8)
+    assert file.config["num_experts"] == 4 and file.config["norm_topk_prob"]
+    assert file.tensors["model.layers.0.mlp.experts.down_proj.weight"].shape == (4, 256, 256)
+    assert 0 < moe.active_params(VOCAB) < moe.num_params(VOCAB)

@@ -6,8 +6,9 @@ layer runs a GGUF file's own blocks on agentrt's kernels and attention is the ``
 :class:`CpuDecodeSteps` hands each decode-only step (every sequence one new token) to
 :class:`agentrt_kernels.cpu.decode_step.DecodeStep`, which runs the same kernels in the same
 order in C++, the output head included where its weight is GGUF blocks too. Prefill and
-mixed steps, larger batches than the linear kernels take at once, and any other model run the
-Python forward pass. ``EngineConfig(enforce_eager=True)`` turns it off. Each step's team of
+mixed steps, larger batches than the linear kernels take at once, mixture-of-experts models
+(the C step has no router) and any other model run the Python forward pass.
+``EngineConfig(enforce_eager=True)`` turns it off. Each step's team of
 threads is sized by a :class:`~agentrt.engine.cpu_threads.ThreadGovernor` (fewer threads while
 other processes take cores) unless ``EngineConfig(cpu_decode_threads="fixed")``.
 """
@@ -40,8 +41,9 @@ class CpuDecodeSteps:
     @classmethod
     def build(cls, model: LlamaModel, backend: AttentionBackend, *, adaptive_threads: bool = True
               ) -> CpuDecodeSteps | None:
-        """The runner, or None where it cannot run: a model off the CPU or not in float32, an
-        attention backend other than ``cpu``, a linear layer that is not GGUF blocks on the C
+        """The runner, or None where it cannot run: a model off the CPU or not in float32, a
+        mixture-of-experts model (its experts run in Python), an attention backend other than
+        ``cpu``, a linear layer that is not GGUF blocks on the C
         kernels, or kernels that are not built here. ``adaptive_threads``: size each step's
         team with a :class:`ThreadGovernor` (else always the whole team). Layers of different
         windows (Gemma 3's sliding and global ones) or a decoder other than the Llama family's
@@ -50,6 +52,8 @@ class CpuDecodeSteps:
             return None
         if len(set(backend.windows)) > 1 or type(model) is not LlamaModel:
             return None
+        if any(layer.moe is not None for layer in model.layers):
+            return None  # NOTE: the C step has no router: mixture-of-experts models run Python
         from agentrt_kernels.cpu.decode_step import DecodeStep, LayerWeights
         from agentrt_kernels.cpu.gguf_linear import MAX_KERNEL_ROWS
 

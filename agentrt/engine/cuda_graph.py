@@ -69,8 +69,8 @@ class DecodeGraphs:
         self._out = {b: torch.zeros(b, hidden, dtype=model.dtype, device=device)
                      for b in batch_sizes}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        if capture:
-            self._capture()
+        if capture and model.config.moe is None:  # NOTE: a mixture of experts picks its experts
+            self._capture()  # on the host each step (agentrt_kernels.cpu.moe): run eagerly
 
     def padded_size(self, meta: AttentionMetadata) -> int | None:
         """The graph size a step runs at, or None when it must run eagerly (a prefill row,

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrt.models.moe import MoEConfig
+
 __all__ = ["SUPPORTED_ARCHITECTURES", "ModelConfig", "UnsupportedModelError"]
 
 # architecture name in config.json -> (qkv bias, per-head q/k RMSNorm)
@@ -27,6 +29,8 @@ SUPPORTED_ARCHITECTURES: dict[str, tuple[bool, bool]] = {
     "Qwen3ForCausalLM": (False, True),
     "Phi3ForCausalLM": (False, False),  # Q/K/V and gate/up stored fused: qkv_proj, gate_up_proj
     "Gemma3ForCausalLM": (False, True),  # agentrt.models.gemma3
+    "Qwen2MoeForCausalLM": (True, False),  # mixture of experts: agentrt.models.moe
+    "Qwen3MoeForCausalLM": (False, True),
 }
 _ALWAYS_WINDOWED = frozenset({"Gemma3ForCausalLM"})  # the window is the architecture's own
 
@@ -61,6 +65,8 @@ class ModelConfig:
     """The RoPE base of sliding layers where it differs from ``rope_theta`` (Gemma 3)."""
     query_pre_attn_scalar: float | None = None
     """Attention scores are scaled by this ** -0.5 (Gemma); None = ``head_dim ** -0.5``."""
+    moe: MoEConfig | None = None
+    """The experts of a mixture-of-experts model (:mod:`agentrt.models.moe`); None: dense."""
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -118,6 +124,7 @@ class ModelConfig:
             layer_windows=_layer_windows(hf, folder, arch),
             rope_local_theta=_rope_local_theta(hf),
             query_pre_attn_scalar=getattr(hf, "query_pre_attn_scalar", None),
+            moe=MoEConfig.from_hf(hf, hf.num_hidden_layers),
         )
 
 

@@ -15,6 +15,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentrt.models.gguf_moe import moe_shapes
+
 if TYPE_CHECKING:
     from agentrt.models.gguf_file import GGUFTensor
 
@@ -71,6 +73,7 @@ def _expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
                        (h, f)})
         for name, n in rows.items():
             shapes[p + name + ".weight"], shapes[p + name + ".bias"] = (n, h), (n,)
+        shapes.update(moe_shapes(config, i))
     return shapes
 
 
@@ -81,13 +84,16 @@ def _required(config: dict[str, Any], arch: str, fused: bool) -> list[str]:
     per_layer += (["self_attn.qkv_proj", "mlp.gate_up_proj"] if fused else
                   ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
                    "mlp.up_proj"])
-    if arch in ("qwen3", "gemma3"):
+    if arch in ("qwen3", "qwen3moe", "gemma3"):
         per_layer += ["self_attn.q_norm", "self_attn.k_norm"]
     if arch == "gemma3":
         per_layer += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+    if config.get("num_experts"):  # every layer sparse: the experts replace the MLP
+        per_layer = [n for n in per_layer if not n.startswith("mlp.")]
     names = ["model.embed_tokens.weight", "model.norm.weight"]
     for i in range(config["num_hidden_layers"]):
         names += [f"model.layers.{i}.{n}.weight" for n in per_layer]
+        names += list(moe_shapes(config, i))
     return names
 
 

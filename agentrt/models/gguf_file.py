@@ -37,6 +37,12 @@ import torch
 from agentrt.models.config import UnsupportedModelError
 from agentrt.models.gguf_checks import check_config, check_tensors, check_tokens
 from agentrt.models.gguf_header import read_header
+from agentrt.models.gguf_moe import (
+    MOE_ARCHITECTURES,
+    check_moe_config,
+    moe_config,
+    moe_tensor_names,
+)
 from agentrt.models.gguf_rope import ROPE_FACTORS, factor_vector, rope_scaling
 
 if TYPE_CHECKING:
@@ -51,6 +57,8 @@ GGUF_ARCHITECTURES: dict[str, str] = {
     "qwen3": "Qwen3ForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "gemma3": "Gemma3ForCausalLM",
+    "qwen2moe": "Qwen2MoeForCausalLM",  # mixture of experts: agentrt.models.gguf_moe
+    "qwen3moe": "Qwen3MoeForCausalLM",
 }
 _GEMMA = frozenset({"gemma3"})  # norms stored as 1 + weight; four norms a layer
 _INTERLEAVED_QK = frozenset({"llama"})  # llama.cpp interleaves rotary halves of Q/K rows here
@@ -148,6 +156,8 @@ class GGUFFile:
             why = f"nothing gives its {exc.args[0]}" if isinstance(exc, KeyError) else exc
             raise ValueError(f"{self.path}: invalid GGUF model metadata ({why})") from None
         check_config(self.path, self.config)
+        if arch in MOE_ARCHITECTURES:
+            check_moe_config(self.path, self.config)
         names = _hf_names(gguf, arch, self.config["num_hidden_layers"])
         self.tensors: dict[str, GGUFTensor] = {}
         factors: dict[str, list[float]] = {}
@@ -217,7 +227,8 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     config: dict[str, Any] = {}
-    for section, prefix in ((arch, f"{arch}."), ("tokenizer", "tokenizer.")):
+    mapping = MOE_ARCHITECTURES[arch][0] if arch in MOE_ARCHITECTURES else arch
+    for section, prefix in ((mapping, f"{arch}."), ("tokenizer", "tokenizer.")):
         for key, hf_key in GGUF_CONFIG_MAPPING[section].items():
             if hf_key is not None and prefix + key in meta:
                 config[hf_key] = meta[prefix + key]
@@ -247,13 +258,15 @@ def _config(meta: dict, arch: str) -> dict[str, Any]:
         vocab_size=int(config.get("vocab_size") or 0) or None,
         tie_word_embeddings=False,
         torch_dtype="float32",
-        attention_bias=arch == "qwen2",
+        attention_bias=arch in ("qwen2", "qwen2moe"),
         mlp_bias=False,
         hidden_act="silu",
         sliding_window=int(meta.get(f"{arch}.attention.sliding_window") or 0) or None,
     )
     if arch in _GEMMA:
         config.update(_gemma3_config(config))
+    if arch in MOE_ARCHITECTURES:
+        moe_config(meta, arch, config)
     return config
 
 
@@ -300,7 +313,8 @@ def _hf_names(gguf, arch: str, num_layers: int) -> dict[str, str]:
         layer = f"model.layers.{i}."
         hf += [layer + n for n in (
             "input_layernorm", "post_attention_layernorm", "self_attn.o_proj",
-            "self_attn.q_norm", "self_attn.k_norm", "mlp.down_proj", *projections)]
+            "self_attn.q_norm", "self_attn.k_norm", "mlp.down_proj", *projections,
+            *moe_tensor_names(arch))]
         if arch in _GEMMA:
             hf += [layer + "pre_feedforward_layernorm", layer + "post_feedforward_layernorm"]
     names = {}

@@ -87,7 +87,7 @@ class GGUFWeights:
         self.file = file
         self._blocks: dict[str, torch.Tensor] = {}
         self.arena = WeightArena(sum(-(-t.nbytes // 64) * 64 for t in file.tensors.values()
-                                     if len(t.shape) == 2))
+                                     if len(t.shape) >= 2))
         """Where the matrices' blocks are read to."""
 
     def __contains__(self, name: str) -> bool:
@@ -109,6 +109,14 @@ class GGUFWeights:
             first += rows
         return layers[0] if len(layers) == 1 else ConcatLinear(layers)
 
+    def experts(self, prefix: str, parts: Sequence[str], num_experts: int) -> list[Linear]:
+        """Each expert's rows of the stacked ``parts``, read into one buffer per format laid out
+        expert by expert (gate and up rows of an expert side by side), one GGUFLinear each."""
+        tensors = [self.file.tensors[f"{prefix}{p}.weight"] for p in parts]
+        runs = [self._stacked(list(run), num_experts)
+                for _, run in groupby(tensors, key=lambda t: t.qtype)]
+        return runs[0] if len(runs) == 1 else [ConcatLinear(x) for x in zip(*runs, strict=True)]
+
     def embedding(self, name: str) -> Embedding:
         t = self.file.tensors[name]
         return BlockEmbedding(self._read(name), t.qtype, (t.shape[0], t.shape[1]))
@@ -126,6 +134,21 @@ class GGUFWeights:
             t = self.file.tensors[name]
             self._blocks[name] = t.read_into(self.arena.empty(t.rows, t.row_bytes))
         return self._blocks[name]
+
+    def _stacked(self, parts: list[GGUFTensor], num_experts: int) -> list[Linear]:
+        """One GGUFLinear per expert over ``parts`` (one format; shapes (experts, out, in))."""
+        from agentrt_kernels.cpu.gguf_linear import GGUFLinear
+
+        rows, row_bytes = sum(t.shape[1] for t in parts), parts[0].row_bytes
+        raw = self.arena.empty(num_experts * rows, row_bytes).view(num_experts, rows, row_bytes)
+        if len(parts) == 1:
+            parts[0].read_into(raw.view(-1, row_bytes))
+        start = 0
+        for t in parts if len(parts) > 1 else ():  # one expert's parts side by side
+            raw[:, start:start + t.shape[1]] = t.read().view(num_experts, -1, row_bytes)
+            start += t.shape[1]
+        return [GGUFLinear(raw[e], parts[0].qtype, (rows, parts[0].shape[2]),
+                           activations=self.activations) for e in range(num_experts)]
 
     def _layer(self, parts: list[GGUFTensor], bias: torch.Tensor | None) -> Linear:
         """One GGUFLinear over ``parts`` (one format, one input width), rows read into one

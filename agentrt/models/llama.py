@@ -1,4 +1,5 @@
-"""agentrt's own forward pass for the Llama family (Llama, Mistral, Qwen2, Qwen3, Phi-3).
+"""agentrt's own forward pass for the Llama family (Llama, Mistral, Qwen2, Qwen3, Phi-3; the
+mixture-of-experts Qwen2-MoE and Qwen3-MoE, whose sparse layers' MLP is :mod:`.moe`).
 
 Pre-norm decoder: RMSNorm → fused QKV projection (+bias for Qwen2, per-head q/k RMSNorm for
 Qwen3) → RoPE → paged attention through the backend → output projection → residual; RMSNorm →
@@ -18,6 +19,7 @@ import torch
 from agentrt.attention.base import AttentionBackend
 from agentrt.models.config import ModelConfig
 from agentrt.models.linear import Linear
+from agentrt.models.moe import MoEBlock, build_moe
 from agentrt.models.ops import add_rms_norm, apply_rope, rms_norm, silu_mul
 from agentrt.models.rope import rope_tables
 from agentrt.models.weights import Weights
@@ -37,8 +39,9 @@ class _Layer:
     k_norm: torch.Tensor | None
     o_proj: Linear
     post_norm: torch.Tensor
-    gate_up: Linear  # (2 * intermediate, hidden)
-    down: Linear
+    gate_up: Linear | None  # (2 * intermediate, hidden); None in a mixture-of-experts layer
+    down: Linear | None
+    moe: MoEBlock | None = None  # the experts that replace gate_up/down in a sparse layer
 
 
 class LlamaModel:
@@ -91,6 +94,7 @@ class LlamaModel:
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
             attn, mlp = p + "self_attn.", p + "mlp."
+            sparse = c.moe is not None and i in c.moe.sparse_layers
             self.layers.append(_Layer(
                 input_norm=w.tensor(p + "input_layernorm.weight"),
                 qkv=_fused(w, attn, "qkv_proj", [f"{n}_proj" for n in "qkv"]),
@@ -98,8 +102,10 @@ class LlamaModel:
                 k_norm=opt(attn + "k_norm.weight"),
                 o_proj=w.linear([attn + "o_proj.weight"]),
                 post_norm=w.tensor(p + "post_attention_layernorm.weight"),
-                gate_up=_fused(w, mlp, "gate_up_proj", ["gate_proj", "up_proj"]),
-                down=w.linear([mlp + "down_proj.weight"]),
+                gate_up=None if sparse else _fused(w, mlp, "gate_up_proj",
+                                                   ["gate_proj", "up_proj"]),
+                down=None if sparse else w.linear([mlp + "down_proj.weight"]),
+                moe=build_moe(w, mlp, c.moe, self._silu_mul) if sparse else None,
             ))
 
     @torch.inference_mode()
@@ -142,6 +148,8 @@ class LlamaModel:
         return layer.o_proj(out.reshape(t, q_size))
 
     def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        if layer.moe is not None:
+            return layer.moe(h)
         return layer.down(self._silu_mul(layer.gate_up(h)))
 
 

@@ -39,6 +39,12 @@ class Weights(Protocol):
         concatenated ``biases`` when every one of them is present."""
         ...
 
+    def experts(self, prefix: str, parts: Sequence[str], num_experts: int) -> list[Linear]:
+        """One linear layer per expert, its output rows those of ``parts`` in order: each
+        part stored stacked (``prefix + part + ".weight"``, (experts, out, in), as GGUF files
+        keep them) or per expert (``prefix + f"{e}.{part}.weight"``, as HF folders do)."""
+        ...
+
     def embedding(self, name: str) -> Embedding:
         """Token ids -> rows of ``name``."""
         ...
@@ -94,6 +100,19 @@ class FloatWeights:
         if biases and all(b in self for b in biases):
             bias = torch.cat([self.tensor(b) for b in biases])
         return self._linear(parts[0] if len(parts) == 1 else torch.cat(parts), bias)
+
+    def experts(self, prefix: str, parts: Sequence[str], num_experts: int) -> list[Linear]:
+        def rows(part: str, e: int) -> torch.Tensor:
+            stacked = f"{prefix}{part}.weight"
+            if stacked in self:
+                return self.tensor(stacked)[e]
+            return self._tensors[f"{prefix}{e}.{part}.weight"].to(self.device, self.dtype)
+
+        layers = []
+        for e in range(num_experts):
+            weights = [rows(part, e) for part in parts]
+            layers.append(self._linear(torch.cat(weights) if len(weights) > 1 else weights[0]))
+        return layers
 
     def embedding(self, name: str) -> Embedding:
         return TensorEmbedding(self.tensor(name))
