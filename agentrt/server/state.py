@@ -75,6 +75,8 @@ class ServerState:
     """The remote server's URL (``--backend-url``), whose ``/get_load`` the metrics read."""
     backend_headers: dict[str, str] = field(default_factory=dict)
     """Headers for this server's own calls to ``backend_url`` (the backend's API key)."""
+    embedder: Any = None
+    """The embedding model ``/v1/embeddings`` serves (None: the route answers a 404)."""
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -30,8 +30,7 @@ def _chat(client, **fields):
 
 # --- fields that would be silently ignored ---------------------------------------------------
 @pytest.mark.parametrize("field, value", [
-    ("repetition_penalty", 1.3), ("min_tokens", 3), ("min_p", 0.1), ("ignore_eos", True),
-    ("stop_token_ids", [2]), ("skip_special_tokens", False),
+    ("repetition_penalty", 1.3), ("min_p", 0.1), ("skip_special_tokens", False),
     ("include_stop_str_in_output", True), ("guided_json", {"type": "object"}),
     ("guided_regex", "[0-9]+"), ("guided_choice", ["yes", "no"]), ("use_beam_search", True),
     ("continue_final_message", True),
