@@ -48,13 +48,15 @@ def agentrt_spec(extra: Sequence[str] = ()) -> ServerSpec:
 
 
 def llama_server_spec(binary: str, gguf: Path, slots: int, ctx_per_slot: int,
-                      threads: int) -> ServerSpec:
+                      threads: int, extra: Sequence[str] = ()) -> ServerSpec:
     """llama.cpp's ``llama-server`` on ``gguf`` with ``slots`` parallel slots (``-np``), each
-    ``ctx_per_slot`` tokens of context (``-c`` is their sum), ``threads`` threads."""
+    ``ctx_per_slot`` tokens of context (``-c`` is their sum), ``threads`` threads, plus
+    ``extra`` flags (e.g. ``--poll 0`` on a loaded machine: its threads spin-wait by
+    default, which costs it seconds per token when other processes hold the cores)."""
     def command(port: int) -> list[str]:
         return [binary, "-m", str(gguf), "--jinja", "-np", str(slots),
                 "-c", str(slots * ctx_per_slot), "-t", str(threads), "-tb", str(threads),
-                "-a", MODEL, "--host", "127.0.0.1", "--port", str(port)]
+                "-a", MODEL, "--host", "127.0.0.1", "--port", str(port), *extra]
 
     return ServerSpec("llama-server", command)
 

@@ -26,6 +26,7 @@ chunk), requests/s, and the ratios agentrt / llama-server.
     python benchmarks/serve.py                               # 8, 16, 32 clients and mix 16
     python benchmarks/serve.py --sizes 8 --mix-clients 8 --requests 1
     python benchmarks/serve.py --agentrt-args="--gguf-activations int8"
+    python benchmarks/serve.py --llama-server-args="--poll 0"   # a machine others load
     python benchmarks/serve.py --llama-server /tmp/llama-server/llama-server --endpoint chat
 """
 
@@ -208,6 +209,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="llama-server program (default: $LLAMA_SERVER, PATH, "
                         "/tmp/llama-server/llama-server)")
     p.add_argument("--no-llama-server", action="store_true", help="do not run llama-server")
+    p.add_argument("--llama-server-args", default="",
+                   help="extra llama-server flags, e.g. '--poll 0' on a machine others load")
     p.add_argument("--ctx-per-slot", type=int, default=2048,
                    help="llama-server context per slot (2048); -c = slots x this")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
@@ -239,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before the run")
     print(f"agentrt: agentrt serve {' '.join(extra) or '(default flags)'}")
     print(f"llama-server: {binary or 'not run'} -np <clients> -c <clients x "
-          f"{args.ctx_per_slot}> -t {args.threads}")
+          f"{args.ctx_per_slot}> -t {args.threads} {args.llama_server_args}")
     print(f"llama-cpp-python: {note}")
     works = [Workload(f"{n} clients", n, False) for n in args.sizes]
     if args.mix_clients:
@@ -250,10 +253,11 @@ def main(argv: list[str] | None = None) -> None:
         specs = [agentrt_cmd]
         if binary:
             specs.append(llama_server_spec(binary, gguf, work.clients, args.ctx_per_slot,
-                                           args.threads))
+                                           args.threads, shlex.split(args.llama_server_args)))
         if python:
             specs.append(llamacpp_python_spec(python, gguf, args.threads))
         table.append((work, [run(spec, work, args, tokenizer) for spec in specs]))
+        report(table[-1:])  # NOTE: each workload as it ends; the whole table at the end
     report(table)
 
 

@@ -108,6 +108,7 @@ async def create_embeddings(body: EmbeddingRequest, state: State) -> dict[str, A
              "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
              if body.encoding_format == "base64" else v.tolist()}
             for i, v in enumerate(vectors)]
+    state.metrics.count(ENDPOINT, 200)
     return {"object": "list", "data": data, "model": embedding_names(embedder)[0],
             "usage": {"prompt_tokens": sum(counts), "total_tokens": sum(counts)}}
 
