@@ -234,9 +234,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
               log_level=args.log_level, backend=args.backend, backend_url=args.backend_url,
               api_key=args.api_key or env.api_key(),
               max_body_bytes=int(args.max_body_mb * 2**20),
+              embedding_model=args.embedding_model, cors_origins=args.cors_origin,
               backend_api_key=None if args.backend == "local"
               else args.backend_api_key or env.backend_api_key(), **engine_options)
-    except ConnectionError as exc:
+    except (ConnectionError, ValueError) as exc:  # NOTE: ValueError: a bad name or origin
         print(f"agentrt: error: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -311,6 +312,12 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-body-mb", type=_positive_float, default=32, metavar="MB",
                    help="largest request body accepted, in MiB; a larger one is a 413, "
                         "unread (default 32)")
+    g.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let browsers on ORIGIN (scheme://host[:port] or '*') call the API; "
+                        "repeatable (default: none)")
+    g.add_argument("--embedding-model", default=None, metavar="NAME",
+                   help="serve /v1/embeddings with NAME beside the chat model "
+                        "(all-minilm-l6-v2, in agentrt[rag]; default: none)")
     g.add_argument("--backend-api-key", default=None, metavar="KEY",
                    help="with --backend sglang: the key the SGLang server was started with "
                         "(its --api-key), sent as 'Authorization: Bearer KEY' on every call "

@@ -11,7 +11,7 @@ and embedders can bring their own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -20,8 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import JSONResponse, Response
 
 from agentrt import __version__
-from agentrt.server import chat, chat_sessions, completions, native, worker
+from agentrt.server import chat, chat_sessions, completions, embeddings, native, tokens, worker
 from agentrt.server.auth import APIKeyMiddleware
+from agentrt.server.cors import add_cors
 from agentrt.server.errors import install_error_handlers
 from agentrt.server.limits import MAX_BODY_BYTES, BodyLimitMiddleware
 from agentrt.server.native_sessions import NativeState
@@ -36,14 +37,16 @@ if TYPE_CHECKING:
 
 __all__ = ["create_app"]
 
-_COUNTED = frozenset({chat.ENDPOINT, completions.ENDPOINT, "/v1/models", *native.ENDPOINTS})
+_COUNTED = frozenset({chat.ENDPOINT, completions.ENDPOINT, embeddings.ENDPOINT, "/v1/models",
+                      *native.ENDPOINTS})
 router = APIRouter()
 
 
 def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
                backend_url: str | None = None, api_key: str | None = None,
                max_body_bytes: int = MAX_BODY_BYTES,
-               sessions: SessionTable | None = None) -> FastAPI:
+               sessions: SessionTable | None = None, embedder: Any = None,
+               cors_origins: Sequence[str] = ()) -> FastAPI:
     """An OpenAI-compatible app serving ``target``: an engine, or a backend.
 
     ``model_names``: the names clients pass as ``model`` and ``/v1/models`` lists (default:
@@ -53,10 +56,14 @@ def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
     ``max_body_bytes``: a larger request body is a 413, unread (:mod:`.limits`).
     ``sessions``: the table of the agents' sessions (``session_id`` on chat requests; its
     ``ttl_s`` and ``max_sessions`` bound them; default 120 s and 64).
+    ``embedder``: the embedding model ``/v1/embeddings`` serves (:mod:`.embeddings`; None =
+    a 404 there). ``cors_origins``: browser origins allowed to call the API (``"*"`` = any;
+    empty = no CORS headers, the default).
     """
     if api_key is not None and not api_key.strip():
         raise ValueError("api_key must be a non-empty string (or None: no key)")
     state = ServerState.of(target, model_names, backend_url=backend_url, sessions=sessions)
+    state.embedder = embedder
     where = "agentrt's local engine" if state.engine is not None else \
         f"a {state.backend.name} backend"
     app = FastAPI(title="agentrt", version=__version__,
@@ -69,12 +76,15 @@ def create_app(target: Engine | Backend, *, model_names: Sequence[str] = (),
     app.include_router(completions.router)
     app.include_router(native.router)
     app.include_router(worker.router)
+    app.include_router(tokens.router)
+    app.include_router(embeddings.router)
     app.include_router(router)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes,
                        on_refused=lambda path: _count(state, path, 413))
     if api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=api_key,
                            on_refused=lambda path: _count(state, path, 401))
+    add_cors(app, cors_origins)  # NOTE: outside the key check: a preflight carries no key
     app.add_middleware(RequestIdMiddleware)  # NOTE: added last, so outermost: all carry it
     return app
 
@@ -111,7 +121,9 @@ _HEALTH_PROBE_S = 5.0
 async def list_models(state: State) -> ModelList:
     """The names this server answers to (any of them works as ``model``)."""
     state.metrics.count("/v1/models", 200)
-    return ModelList(data=[ModelCard(id=name) for name in state.model_names])
+    names = [*state.model_names, *(embeddings.embedding_names(state.embedder)
+                                   if state.embedder is not None else ())]
+    return ModelList(data=[ModelCard(id=name) for name in names])
 
 
 @router.get("/v1/models/{model:path}")

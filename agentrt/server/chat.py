@@ -55,6 +55,7 @@ from agentrt.server.protocol import (
     Usage,
 )
 from agentrt.server.run import Event, Run
+from agentrt.server.sampling_extras import with_extras
 from agentrt.server.state import ServerState, State
 from agentrt.server.streaming import cancel_on_disconnect, start_stream
 
@@ -127,6 +128,7 @@ async def _prepare(state: ServerState, body: SessionChatRequest) -> ChatCall:
             chat_template_kwargs=body.chat_template_kwargs, logprobs=logprobs,
             request_id=f"chatcmpl-{uuid.uuid4().hex[:24]}")
         call = await anyio.to_thread.run_sync(partial(_prepared, state, prepare))
+        call = replace(call, params=with_extras(call.params, body, state))
     except ValueError as exc:
         raise APIError.bad_request(exc) from exc
     if body.output_limit is not None:

@@ -23,8 +23,16 @@ from agentrt.core.outputs import StreamDelta
 from agentrt.core.sampling_params import SamplingParams
 from agentrt.server.choices import Choices, check_choices, complete_all, nth_seed, stream_choices
 from agentrt.server.errors import APIError, check_context
-from agentrt.server.protocol import Completion, CompletionChoice, CompletionRequest, Usage
+from agentrt.server.logprobs import LegacyLogprobs
+from agentrt.server.protocol import (
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    Usage,
+)
 from agentrt.server.run import Event, Run
+from agentrt.server.sampling_extras import with_extras
 from agentrt.server.state import ServerState, State
 from agentrt.server.streaming import cancel_on_disconnect, start_stream
 
@@ -43,7 +51,7 @@ async def create_completion(body: CompletionRequest, request: Request,
     if body.stream and len(body.prompts) != 1:
         raise APIError(400, "a streamed completion takes one prompt", param="prompt")
     check_choices(state, body.n)
-    params = _params(body)
+    params = _params(body, state)
     prompts = await anyio.to_thread.run_sync(
         lambda: [p if isinstance(p, list) else state.encode(p) for p in body.prompts])
     response_id = f"cmpl-{uuid.uuid4().hex[:24]}"
@@ -69,12 +77,12 @@ async def create_completion(body: CompletionRequest, request: Request,
                                       on_end=counted)
 
 
-def _params(body: CompletionRequest) -> SamplingParams:
+def _params(body: CompletionRequest, state: ServerState) -> SamplingParams:
     try:
-        return SamplingParams(max_tokens=body.max_tokens, temperature=body.temperature,
-                              top_p=body.top_p, top_k=body.top_k, seed=body.seed,
-                              stop=body.stops, ignore_eos=body.ignore_eos,
-                              stop_token_ids=tuple(body.stop_token_ids or ()))
+        params = SamplingParams(max_tokens=body.max_tokens, temperature=body.temperature,
+                                top_p=body.top_p, top_k=body.top_k, seed=body.seed,
+                                stop=body.stops, logprobs=body.logprobs)
+        return with_extras(params, body, state)
     except ValueError as exc:
         raise APIError.bad_request(exc) from exc
 
@@ -111,6 +119,10 @@ class CompletionRun(Run):
         self.text: list[str] = []
         self.num_output_tokens = 0
         self.finish_reason: str | None = None
+        self.logprobs = None if params.logprobs is None else \
+            LegacyLogprobs(state.tokenizer, params.logprobs)
+        """With ``logprobs`` asked for: the answer's entries so far (:mod:`.logprobs`)."""
+        self._fresh: CompletionLogprobs | None = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -122,6 +134,8 @@ class CompletionRun(Run):
     def add(self, delta: StreamDelta) -> None:
         self.text.append(delta.text)
         self.num_output_tokens += len(delta.token_ids)
+        if self.logprobs is not None:
+            self._fresh = self.logprobs.add(delta.token_ids, delta.logprobs or [])
         if delta.finished:
             self.finish_reason = delta.finish_reason
 
@@ -133,10 +147,14 @@ class CompletionRun(Run):
         """This prompt's choice: the whole text, or one chunk's ``text``."""
         if text is None:
             text, finish_reason = "".join(self.text), self.finish_reason or "stop"
-        return CompletionChoice(index=self.index, text=text, finish_reason=finish_reason)
+            logprobs = self.logprobs.whole if self.logprobs is not None else None
+        else:
+            logprobs = self._fresh
+        return CompletionChoice(index=self.index, text=text, finish_reason=finish_reason,
+                                logprobs=logprobs)
 
     def events_of(self, delta: StreamDelta) -> Iterable[Event]:
-        if delta.text or delta.finished:
+        if delta.text or delta.finished or (self._fresh and self._fresh.tokens):
             reason = (delta.finish_reason or "stop") if delta.finished else None
             yield self._completion([self.choice(delta.text, reason)])
 

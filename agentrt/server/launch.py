@@ -20,7 +20,8 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
           model_names: Sequence[str] = (), log_level: str = "info", backend: str = "local",
           backend_url: str | None = None, api_key: str | None = None,
           backend_api_key: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-          sessions: SessionTable | None = None, **engine_options: Any) -> None:
+          sessions: SessionTable | None = None, embedding_model: str | None = None,
+          cors_origins: Sequence[str] = (), **engine_options: Any) -> None:
     """Serve ``model`` (None = the embedded default) on ``http://host:port/v1``.
 
     ``backend="local"``: ``engine_options`` are :class:`agentrt.EngineConfig` fields
@@ -34,7 +35,10 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
     ``backend_api_key``: the key a fronted SGLang server was started with (its ``--api-key``),
     sent on every call to it. ``max_body_bytes``: a larger request body is a 413, unread
     (default 32 MiB, :mod:`agentrt.server.limits`). ``sessions``: the table of the agents'
-    sessions (``session_id``; :mod:`agentrt.server.chat_sessions`). ``port=0`` takes a free
+    sessions (``session_id``; :mod:`agentrt.server.chat_sessions`). ``embedding_model``: an
+    :data:`~agentrt.server.embeddings.EMBEDDING_MODELS` name served on ``/v1/embeddings``
+    (``"all-minilm-l6-v2"``; None = none). ``cors_origins``: browser origins allowed
+    (:mod:`agentrt.server.cors`; empty = none). ``port=0`` takes a free
     port, which the banner names. Blocks; the engine (or the backend's connections) is
     closed on exit.
     """
@@ -42,10 +46,20 @@ def serve(model: str | None = None, *, host: str = "127.0.0.1", port: int = 8000
 
     from agentrt.server.app import create_app
 
+    if embedding_model is not None:  # NOTE: a bad name is an error before the model loads
+        from agentrt.server.embeddings import EMBEDDING_MODELS
+
+        EMBEDDING_MODELS.check(embedding_model)
     target = _target(model, backend, backend_url, engine_options, backend_api_key)
     try:
+        embedder = None
+        if embedding_model is not None:
+            from agentrt.server.embeddings import load_embedder
+
+            embedder = load_embedder(embedding_model)
         app = create_app(target, model_names=model_names, backend_url=backend_url,
-                         api_key=api_key, max_body_bytes=max_body_bytes, sessions=sessions)
+                         api_key=api_key, max_body_bytes=max_body_bytes, sessions=sessions,
+                         embedder=embedder, cors_origins=cors_origins)
         state = app.state.agentrt
         names = ", ".join(state.model_names)
         where = f"max batch {state.engine.config.max_num_seqs}" if state.engine is not None \

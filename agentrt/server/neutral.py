@@ -2,7 +2,7 @@
 
 OpenAI's clients pass extra fields through (``extra_body``), and the servers people point
 them at honour many: vLLM's and SGLang's sampling extras (``repetition_penalty``,
-``min_tokens``, ``guided_json``, ...), OpenAI's deprecated ``functions``, audio output.
+``min_p``, ``guided_json``, ...), OpenAI's deprecated ``functions``, audio output.
 Ignored, each would give an answer other than the one asked for — no penalty, no
 constraint, no function call — with a 200. So each is declared here and refused with a 400
 naming it (``repetition_penalty=1.3 is not supported by agentrt; ...``) unless it asks for
@@ -26,8 +26,8 @@ NEUTRAL: dict[str, Any] = {
     "functions": None, "function_call": None, "modalities": ["text"], "audio": None,
     "web_search_options": None,
     # vLLM's and SGLang's extras
-    "repetition_penalty": 1.0, "min_p": 0.0, "min_tokens": 0, "length_penalty": 1.0,
-    "use_beam_search": False, "ignore_eos": False, "stop_token_ids": None,
+    "repetition_penalty": 1.0, "min_p": 0.0, "length_penalty": 1.0,
+    "use_beam_search": False,
     "skip_special_tokens": True, "spaces_between_special_tokens": True,
     "include_stop_str_in_output": False, "no_stop_trim": False, "prompt_logprobs": None,
     "allowed_token_ids": None, "bad_words": None, "truncate_prompt_tokens": None,
@@ -44,7 +44,6 @@ _HINTS = {
                      "structured_outputs", "regex", "ebnf"),
                     "constrain the answer with response_format or tools"),
     "functions": "use tools", "function_call": "use tools and tool_choice",
-    "ignore_eos": "honoured by /v1/completions", "stop_token_ids": "honoured by /v1/completions",
 }
 
 
@@ -68,7 +67,6 @@ class EngineExtras(BaseModel):
 
     repetition_penalty: Any = None
     min_p: Any = None
-    min_tokens: Any = None
     length_penalty: Any = None
     use_beam_search: Any = None
     skip_special_tokens: Any = None
@@ -97,7 +95,7 @@ class EngineExtras(BaseModel):
 
 class ChatExtras(BaseModel):
     """Chat fields refused unless neutral: OpenAI's ``functions`` and audio, vLLM's template
-    controls, and the extras ``/v1/completions`` honours (``ignore_eos``, ``stop_token_ids``)."""
+    controls."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -108,8 +106,6 @@ class ChatExtras(BaseModel):
     modalities: Any = None
     audio: Any = None
     web_search_options: Any = None
-    ignore_eos: Any = None
-    stop_token_ids: Any = None
     chat_template: Any = None
     continue_final_message: Any = None
     add_generation_prompt: Any = None

@@ -32,7 +32,9 @@ from agentrt.chat.grammar import check_tool_names
 from agentrt.core.sampling_params import check_seed
 from agentrt.server.choices import MAX_CHOICES
 from agentrt.server.limits import check_stop, check_text
+from agentrt.server.logprobs import ChoiceLogprobs, CompletionLogprobs, TokenLogprob, TopLogprob
 from agentrt.server.neutral import ChatExtras, EngineExtras, check_neutral
+from agentrt.server.sampling_extras import VLLMSampling
 
 __all__ = [
     "AssistantMessage",
@@ -76,7 +78,7 @@ class StreamOptions(BaseModel):
         return check_neutral(info.field_name, value)
 
 
-class _SamplingRequest(EngineExtras):
+class _SamplingRequest(VLLMSampling, EngineExtras):
     """Fields the chat and the legacy completion requests share."""
 
     model_config = ConfigDict(extra="ignore")
@@ -268,10 +270,15 @@ class CompletionRequest(_SamplingRequest):
     best_of: int | None = None
     echo: bool = False
     suffix: str | None = None
-    ignore_eos: bool = False
-    """vLLM's extension: the model's EOS does not end the completion (benchmark clients)."""
-    stop_token_ids: list[int] | None = None
-    """vLLM's extension: these token ids end the completion too."""
+    logprobs: int | None = Field(None, ge=0, le=20)
+    """The likeliest alternatives to return per token (0-20; ``choices[].logprobs``)."""
+
+    @field_validator("logprobs", "top_logprobs")
+    @classmethod
+    def _logprobs_supported(cls, value: Any, info: Any) -> Any:
+        if info.field_name == "top_logprobs":  # NOTE: chat's field; here logprobs is the int
+            return check_neutral(info.field_name, value)
+        return value
 
     @field_validator("best_of", "echo", "suffix")
     @classmethod
@@ -344,20 +351,6 @@ class AssistantMessage(BaseModel):
         return out
 
 
-class TopLogprob(BaseModel):
-    token: str
-    logprob: float
-    bytes: list[int] | None = None
-
-
-class TokenLogprob(TopLogprob):
-    top_logprobs: list[TopLogprob] = Field(default_factory=list)
-
-
-class ChoiceLogprobs(BaseModel):
-    content: list[TokenLogprob] | None = None
-
-
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
@@ -405,7 +398,7 @@ class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):

@@ -80,6 +80,8 @@ class ServerState:
                                                                         max_sessions=64))
     """The agents' sessions of chat requests with a ``session_id``
     (:mod:`agentrt.server.chat_sessions`)."""
+    embedder: Any = None
+    """The embedding model ``/v1/embeddings`` serves (None: the route answers a 404)."""
     metrics: ServerMetrics = field(init=False)
 
     def __post_init__(self) -> None:

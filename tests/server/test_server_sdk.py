@@ -30,8 +30,7 @@ def _chat(client, **fields):
 
 # --- fields that would be silently ignored ---------------------------------------------------
 @pytest.mark.parametrize("field, value", [
-    ("repetition_penalty", 1.3), ("min_tokens", 3), ("min_p", 0.1), ("ignore_eos", True),
-    ("stop_token_ids", [2]), ("skip_special_tokens", False),
+    ("repetition_penalty", 1.3), ("min_p", 0.1), ("skip_special_tokens", False),
     ("include_stop_str_in_output", True), ("guided_json", {"type": "object"}),
     ("guided_regex", "[0-9]+"), ("guided_choice", ["yes", "no"]), ("use_beam_search", True),
     ("continue_final_message", True),
@@ -96,11 +95,13 @@ def test_continuous_usage_stats_is_a_400(client):
     assert info.value.body["param"] == "stream_options.continuous_usage_stats"
 
 
-def test_legacy_logprobs_zero_is_a_400(client):
-    """``logprobs=0`` asks the legacy endpoint for the sampled tokens' logprobs."""
-    with pytest.raises(openai.BadRequestError) as info:
-        client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logprobs=0)
-    assert info.value.body["param"] == "logprobs"
+def test_legacy_logprobs_zero_gives_the_sampled_tokens_logprobs(client):
+    """``logprobs=0`` asks the legacy endpoint for the sampled tokens' logprobs (no
+    alternatives but the token itself); it was a 400 before the endpoint served them."""
+    got = client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, logprobs=0)
+    lp = got.choices[0].logprobs
+    assert len(lp.tokens) == 2 and all(len(top) == 1 for top in lp.top_logprobs)
+    assert [next(iter(top)) for top in lp.top_logprobs] == lp.tokens
 
 
 @pytest.mark.parametrize("top_k", [-1, None])
