@@ -202,15 +202,22 @@ def test_batch_keeps_order_and_equals_each_alone(engine):
     assert engine.generate(tuple(PROMPTS[:1]), params)[0].text == alone[0].text
 
 
-def test_empty_and_too_long_prompts_are_clear_errors_and_the_engine_serves_on(engine):
+def test_empty_and_too_long_prompts_are_clear_errors_and_the_engine_serves_on(engine,
+                                                                              tiny_model):
     for prompt in ("", [], [""]):
         with pytest.raises(ValueError, match="empty"):
             engine.generate(prompt, SamplingParams(max_tokens=2))
+    # NOTE: the context checks on a tiny model with a 64-token context: filling the default
+    # model's 8,192 tokens took ~55 s of prefill and checks nothing more
+    with Engine(tiny_model, dtype="float32", max_model_len=64) as short:
+        with pytest.raises(ValueError, match="context holds 64"):
+            short.generate([1] * short.max_model_len, SamplingParams(max_tokens=2))
+        out = short.generate([1] * (short.max_model_len - 1), SamplingParams(max_tokens=4))
+        assert len(out.token_ids) == 1 and out.finish_reason == "length"  # the context is full
+        assert not short.core.requests
+        assert short.generate("Hi", SamplingParams(max_tokens=1)).finish_reason == "length"
     with pytest.raises(ValueError, match=f"context holds {engine.max_model_len}"):
         engine.generate([1] * engine.max_model_len, SamplingParams(max_tokens=2))
-    out = engine.generate([1] * (engine.max_model_len - 1), SamplingParams(max_tokens=4))
-    assert len(out.token_ids) == 1 and out.finish_reason == "length"  # the context is full
-    assert not engine.core.requests
     assert engine.generate("Hi", SamplingParams(max_tokens=1)).finish_reason == "length"
 
 
