@@ -228,15 +228,53 @@ def print_table(runs: list[Run], llama: list[Run], args: argparse.Namespace) -> 
         print("| " + " | ".join(cells) + " |")
 
 
+def print_verdicts(runs: list[Run], llama: list[Run]) -> None:
+    """Issue 33's rule for ``gguf_activations="auto"``, per agentrt run: its numeric path holds
+    on this file when (a) its teacher-forced top-1 agreement with llama.cpp is at least the
+    lowest of llama.cpp's own variants' and (b) its perplexity is within 1% of llama.cpp's."""
+    if len(llama) < 2:
+        print("\nverdict: needs llama.cpp and --llamacpp-variants")
+        return
+    base, floor = llama[0], min(top1_share(v, llama[0]) for v in llama[1:])
+    print(f"\nverdict (top-1 agreement >= llama.cpp variants' lowest, {floor:.2f}%; "
+          f"perplexity within ±{100 * PERPLEXITY_BAND:.0f}% of llama.cpp's)")
+    for run in runs:
+        agree, delta = top1_share(run, base), run.perplexity / base.perplexity - 1
+        holds = agree >= floor and abs(delta) <= PERPLEXITY_BAND
+        print(f"  {run.name}: top-1 {agree:.2f}% {'>=' if agree >= floor else '<'} "
+              f"{floor:.2f}%, perplexity {100 * delta:+.2f}% -> "
+              f"{'holds' if holds else 'fails'}")
+
+
+PERPLEXITY_BAND = 0.01
+"""Issue 33: the perplexity of a path that holds is within this share of llama.cpp's."""
+
+
+def file_formats(path: Path | None) -> str:
+    """The block formats of the file's matrices, with their counts (what the verdict is of)."""
+    if path is None:
+        return "?"
+    from collections import Counter
+
+    from agentrt.models.gguf_file import GGUFFile
+
+    counts = Counter(t.qtype.name for t in GGUFFile(path).tensors.values() if len(t.shape) == 2)
+    return ", ".join(f"{name} x{n}" for name, n in counts.most_common())
+
+
 def change(run: Run, ref: Run) -> str:
     return f"{100 * (run.perplexity / ref.perplexity - 1):+.2f}%"
 
 
-def top1_match(run: Run, ref: Run) -> str:
-    """The share of the text's positions where both pick the same most likely next token (each
-    on the true text so far: a difference does not carry on, as it does in greedy outputs)."""
+def top1_share(run: Run, ref: Run) -> float:
+    """The percentage of the text's positions where both pick the same most likely next token
+    (each on the true text so far: a difference does not carry on, as in greedy outputs)."""
     same = sum(a == b for a, b in zip(run.top1, ref.top1, strict=True))
-    return f"{100 * same / len(ref.top1):.2f}%"
+    return 100 * same / len(ref.top1)
+
+
+def top1_match(run: Run, ref: Run) -> str:
+    return f"{top1_share(run, ref):.2f}%"
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -285,7 +323,9 @@ def main(argv: list[str] | None = None) -> None:
     variants = [None, *(LLAMACPP_VARIANTS if args.llamacpp_variants else ())]
     llama = ([measure_llamacpp(path, text, prompts, args.max_tokens, eos, v) for v in variants]
              if path is not None else [])
+    print(f"\nfile: {path.name if path else args.model}; matrices: {file_formats(path)}")
     print_table(runs, llama, args)
+    print_verdicts(runs, llama)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,20 @@ from agentrt.attention import AttentionMetadata, KVCacheTensors
 @pytest.fixture(scope="session")
 def engine():
     """The real SmolLM2-135M-Instruct on agentrt's engine, shared by all tests: the default
-    configuration (its GGUF's own Q4_1 layers, float32 compute)."""
+    configuration (its GGUF's own Q4_1 layers on llama.cpp's integer path: the
+    ``gguf_activations="auto"`` rule)."""
     eng = Engine(dtype="float32")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="session")
+def exact_engine():
+    """The default model on the exact path (``gguf_activations="float32"``: its Q4_1 values
+    dequantized exactly, float32 activations), for tests whose claim is transformers' outputs;
+    the default (:func:`engine`) runs Q4_1 on llama.cpp's integer path."""
+    eng = Engine(dtype="float32", gguf_activations="float32", kv_cache_gb=0.25,
+                 profile_on_start=False)
     yield eng
     eng.close()
 

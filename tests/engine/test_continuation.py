@@ -35,7 +35,11 @@ def test_resume_text_and_release(engine, chat):
         raise AssertionError("resuming a released request must fail")
 
 
-def test_forced_tokens_replace_sampled_ones_then_sampling_resumes(engine, chat, tokenizer):
+def test_forced_tokens_replace_sampled_ones_then_sampling_resumes(exact_engine, chat,
+                                                                  tokenizer):
+    """The forced tokens run as decode steps, the reference's as prefill: equal outputs on the
+    exact path (the integer path's batched and batch-1 kernels sum in different orders)."""
+    engine = exact_engine
     forced = tokenizer.encode(" Forty-two is", add_special_tokens=False)
     out = engine.generate(chat("What is six times seven?"), SamplingParams(max_tokens=8),
                           forced_token_ids=forced, namespace="forced")

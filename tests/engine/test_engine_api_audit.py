@@ -262,7 +262,10 @@ def test_leaving_a_sync_stream_frees_its_request(engine):
     assert not engine.core.requests
 
 
-def test_threads_share_the_engine(engine):
+def test_threads_share_the_engine(exact_engine):
+    """On the exact path: threads batch their requests together, and only the exact path is
+    batch-invariant (the integer path's batched kernels sum in another order than batch 1)."""
+    engine = exact_engine
     params = SamplingParams(max_tokens=6)
     alone = {p: engine.generate(p, params).token_ids for p in PROMPTS}
     got: dict[str, list[int]] = {}

@@ -25,14 +25,18 @@ def test_second_request_prefills_only_its_suffix(engine, tokenizer, long_text):
     assert second.num_prefill_tokens == 300 + len(suffix) - reused
 
 
-def test_outputs_identical_when_pool_forces_eviction(engine, tokenizer, long_text):
+def test_outputs_identical_when_pool_forces_eviction(exact_engine, tokenizer, long_text):
+    """On the exact path (batch-invariant: the integer path's batched and batch-1 kernels sum
+    in different orders, so its near-ties can follow the batch)."""
+    engine = exact_engine
     words = long_text.split()
     base = [" ".join(words[i * 7 : i * 7 + 120]) for i in range(6)]
     # each extension right after its base (its prefix is still cached when it arrives)
     prompts = [base[0], base[0] + " In short,", base[1], base[1] + " Therefore", *base[2:]]
     params = SamplingParams(max_tokens=12)
     expected = [o.token_ids for o in engine.generate(prompts, params, namespace="evict-ref")]
-    small = Engine(dtype="float32", num_blocks=24, block_size=16, max_num_seqs=4)
+    small = Engine(dtype="float32", num_blocks=24, block_size=16, max_num_seqs=4,
+                   gguf_activations="float32")
     try:
         got = [small.generate(p, params).token_ids for p in prompts]  # one by one: reuse
         got_batch = [o.token_ids for o in small.generate(prompts, params)]  # contention

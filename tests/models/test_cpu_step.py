@@ -67,6 +67,26 @@ def test_decode_steps_in_one_call_equal_the_python_forward(case, formats, activa
             assert abs(a.logprobs[step][token] - b.logprobs[step][token]) < 1e-4
 
 
+def test_a_file_whose_formats_take_both_paths_under_auto_steps_as_the_python_forward(tmp_path):
+    """``gguf_activations="auto"`` (the default) runs Q4_1 on the integer path and Q5_1, a
+    format no benchmark measured, on the exact one: one C++ step holds both kinds of linear."""
+    from agentrt.models.gguf_file import GGUFFile
+    from agentrt.models.gguf_weights import GGUFWeights
+
+    hf, arch, name = build("llama", **KQUANT_SIZED)
+    path = write_gguf(hf, tmp_path / "llama.gguf", arch, name,
+                      lambda t: _qtype("Q5_1" if ".ffn_" in t else "Q4_1"),
+                      tokenizer=tiny_tokenizer)
+    weights = GGUFWeights(GGUFFile(path), activations="auto")
+    assert weights.linear(["model.layers.0.self_attn.o_proj.weight"]).activations == "int8"
+    assert weights.linear(["model.layers.0.mlp.down_proj.weight"]).activations == "float32"
+    fast, num_fast = _generate(path)
+    eager, num_eager = _generate(path, enforce_eager=True)
+    assert num_eager == 0 and num_fast >= 5
+    for a, b in zip(fast, eager, strict=True):
+        assert a.output_token_ids == b.output_token_ids
+
+
 def test_models_it_cannot_run_keep_the_python_forward(tmp_path):
     hf, arch, name = build("llama", **KQUANT_SIZED)
     path = write_gguf(hf, tmp_path / "llama.gguf", arch, name, _qtype("Q8_0"),

@@ -6,7 +6,7 @@ file holds, and agentrt's greedy tokens and every step's logprob must match it. 
 long-context Phi-3 file's longrope factors, a Phi-3 sliding window on every layer, mixed
 formats in one fused layer (a Q4_K_M file's Q6_K ``attn_v``), a clear refusal of formats the
 kernels do not run, resident memory about the file's size for a file over 100 MB, and the real
-default model, whose Q4_1 layers give the float32 engine's greedy outputs. With
+default model, whose Q4_1 layers give the float32 engine's greedy outputs on the exact path. With
 ``activations="int8"`` (llama.cpp's numeric path) the engine's greedy tokens and logprobs are
 those of the same model on the integer path's torch twin.
 """
@@ -192,19 +192,25 @@ def test_random_blocks_have_finite_values():
         assert 0.01 < np.abs(values).max() < 1.0
 
 
-def test_the_default_model_runs_its_q4_1_layers_and_gives_float32_greedy_outputs(engine):
+def test_the_default_model_runs_its_q4_1_layers_and_gives_float32_greedy_outputs(
+        engine, exact_engine):
+    """The default engine runs the file's Q4_1 blocks on the integer path (the auto rule);
+    on the exact path those blocks give the float32 model's greedy outputs (Q4_1 is lossless
+    for this model)."""
     from agentrt_kernels.cpu.gguf_linear import GGUFLinear
 
     assert engine.config.resolved_quantization == "gguf"  # the shared engine: the default
     layer = engine.core.model.layers[0]
     assert isinstance(layer.gate_up, GGUFLinear) and layer.gate_up.qtype.name == "Q4_1"
+    assert layer.gate_up.activations == "int8"
+    assert exact_engine.core.model.layers[0].gate_up.activations == "float32"
     float32 = Engine(quantization="none", profile_on_start=False, kv_cache_gb=0.25)
     prompts = ["The capital of France is", "def fibonacci(n):",
                "Write a haiku about the sea.", "1, 2, 3, 4,", "Tell me about"]
     try:
         for prompt in prompts:
             params = SamplingParams(max_tokens=24, ignore_eos=True)
-            assert engine.generate(prompt, params).token_ids == \
+            assert exact_engine.generate(prompt, params).token_ids == \
                 float32.generate(prompt, params).token_ids, prompt
     finally:
         float32.close()
