@@ -63,8 +63,10 @@ class EngineConfig:
     it keeps llama.cpp's quality, "float32" for the others: issue 33's rule, measured per
     format on the benchmark files (teacher-forced top-1 agreement with llama.cpp at least
     llama.cpp's own variants' lowest, perplexity within 1% of llama.cpp's), kept as data in
-    :data:`agentrt.models.gguf_weights.AUTO_INT8_FORMATS` with its figures (the default
-    model's Q4_1 runs "int8"). Ignored by the other quantizations."""
+    :data:`agentrt.models.gguf_weights.AUTO_INT8_FORMATS` with its figures, and only where
+    the batched integer kernels are batch-invariant (none yet, so "auto" runs "float32"
+    today; the default model's Q4_1 passes the quality rule). Ignored by the other
+    quantizations."""
     block_size: int = 16
     """Tokens per KV block (page)."""
     num_blocks: int | None = None

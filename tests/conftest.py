@@ -15,18 +15,24 @@ from agentrt.attention import AttentionMetadata, KVCacheTensors
 @pytest.fixture(scope="session")
 def engine():
     """The real SmolLM2-135M-Instruct on agentrt's engine, shared by all tests: the default
-    configuration (its GGUF's own Q4_1 layers on llama.cpp's integer path: the
-    ``gguf_activations="auto"`` rule)."""
+    configuration (its GGUF's own Q4_1 layers on the path the ``gguf_activations="auto"``
+    rule gives)."""
     eng = Engine(dtype="float32")
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="session")
-def exact_engine():
+def exact_engine(engine):
     """The default model on the exact path (``gguf_activations="float32"``: its Q4_1 values
-    dequantized exactly, float32 activations), for tests whose claim is transformers' outputs;
-    the default (:func:`engine`) runs Q4_1 on llama.cpp's integer path."""
+    dequantized exactly, float32 activations), for tests whose claim is transformers' outputs
+    or batch invariance: :func:`engine` itself while the auto rule runs Q4_1 exactly, else an
+    engine of its own (one model load)."""
+    from agentrt.models.gguf_weights import AUTO_INT8_FORMATS
+
+    if "Q4_1" not in AUTO_INT8_FORMATS:
+        yield engine
+        return
     eng = Engine(dtype="float32", gguf_activations="float32", kv_cache_gb=0.25,
                  profile_on_start=False)
     yield eng

@@ -68,7 +68,8 @@ def _add_model_group(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gguf-activations", default="auto", choices=get_args(GGUFActivations),
                    help="how a GGUF file's blocks meet the activations: auto (default) = "
                         "int8 for the block formats where its quality is measured to hold "
-                        "(Q4_1), float32 elsewhere; float32 = exact against the file's "
+                        "and its batched kernels are batch-invariant (none yet: docs/"
+                        "quantization.md), float32 elsewhere; float32 = exact against the file's "
                         "values; int8 = llama.cpp's integer "
                         "dot products (faster decode, slightly different numbers)")
     g.add_argument("--threads", type=_positive_int, default=None, metavar="N",

@@ -16,7 +16,12 @@ import pytest
 from gguf_models import KQUANT_SIZED, write_random_llama
 
 from agentrt.models.gguf_file import GGUFFile
-from agentrt.models.gguf_weights import AUTO_INT8_FORMATS, GGUFWeights
+from agentrt.models.gguf_weights import (
+    AUTO_INT8_FORMATS,
+    INT8_BATCH_INVARIANT,
+    INT8_QUALITY_HOLDS,
+    GGUFWeights,
+)
 
 MEASURED: dict[str, tuple[frozenset[str], bool]] = {
     # benchmark file: (the block formats of its matrices, whether the int8 path held)
@@ -52,15 +57,21 @@ def files(tmp_path_factory) -> dict[str, GGUFFile]:
 
 
 def test_the_rule_is_the_measured_verdicts():
-    assert {f for f in FORMATS if verdict(f) == "int8"} == AUTO_INT8_FORMATS
+    assert {f for f in FORMATS if verdict(f) == "int8"} == INT8_QUALITY_HOLDS
+    assert AUTO_INT8_FORMATS == INT8_QUALITY_HOLDS & INT8_BATCH_INVARIANT
+
+
+def auto_path(fmt: str) -> str:
+    """The path "auto" gives ``fmt``: the quality verdict, and a batch-invariant kernel."""
+    return "int8" if verdict(fmt) == "int8" and fmt in INT8_BATCH_INVARIANT else "float32"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_auto_runs_each_format_on_the_path_its_verdict_gives(fmt, files):
     weights = GGUFWeights(files[fmt], activations="auto")
     layer = weights.linear(["model.layers.0.self_attn.o_proj.weight"])
-    assert layer.qtype.name == fmt and layer.activations == verdict(fmt)
-    assert weights.head("model.embed_tokens.weight").activations == verdict(fmt)  # tied
+    assert layer.qtype.name == fmt and layer.activations == auto_path(fmt)
+    assert weights.head("model.embed_tokens.weight").activations == auto_path(fmt)  # tied
     for explicit in ("float32", "int8"):  # the explicit choices are kept, whatever the format
         weights = GGUFWeights(files[fmt], activations=explicit)
         assert weights.linear(["model.layers.0.mlp.down_proj.weight"]).activations == explicit
