@@ -186,8 +186,9 @@ class GGUFWeights:
         for t in parts if len(parts) > 1 else ():  # one expert's parts side by side
             raw[:, start:start + t.shape[1]] = t.read().view(num_experts, -1, row_bytes)
             start += t.shape[1]
+        activations = resolve_activations(self.activations, parts[0].qtype)
         return [GGUFLinear(raw[e], parts[0].qtype, (rows, parts[0].shape[2]),
-                           activations=self.activations) for e in range(num_experts)]
+                           activations=activations) for e in range(num_experts)]
 
     def _layer(self, parts: list[GGUFTensor], bias: torch.Tensor | None) -> Linear:
         """One GGUFLinear over ``parts`` (one format, one input width), rows read into one
